@@ -1,0 +1,361 @@
+"""Stage 1: load and validate the hardware, network, power and price catalogs.
+
+Catalog files are YAML with units in their keys (``memory_gb``, ``mem_bw_gbs``,
+``bf16_tflops``); records are frozen pydantic models, and ``Catalog.hardware`` converts a
+GPU in a server on a fabric to the SI ``perf.Hardware`` the performance model uses.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from optimizer.errors import CatalogError, suggest
+from optimizer.perf.specs import Device, Efficiency, Hardware, Link, ModelSpec
+from optimizer.validation import read_yaml, validate
+
+SCHEMA_VERSION = 1
+GB = 1e9
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Price(Record):
+    usd: float = Field(ge=0)
+    date: str
+    source: str
+    assumption: bool = False
+
+
+class Sourced(Record):
+    value: float = Field(ge=0)
+    date: str | None = None
+    source: str
+    assumption: bool = False
+
+
+class MatmulEfficiency(Record):
+    bf16: float | None = Field(default=None, gt=0, le=1)
+    fp16: float | None = Field(default=None, gt=0, le=1)
+    fp8: float | None = Field(default=None, gt=0, le=1)
+    source: str
+    assumption: bool = False
+
+
+class Gpu(Record):
+    id: str
+    name: str
+    vendor: str
+    form_factor: Literal["sxm", "oam", "pcie", "workstation", "consumer"]
+    memory_gb: float = Field(gt=0, le=4096)
+    mem_bw_gbs: float = Field(gt=0, le=100_000)
+    bf16_tflops: float | None = Field(default=None, gt=0, le=100_000)
+    fp16_tflops: float | None = Field(default=None, gt=0, le=100_000)
+    fp8_tflops: float | None = Field(default=None, gt=0, le=100_000)
+    link: str
+    link_bw_gbs: float = Field(gt=0, le=100_000)
+    link_domain: int | None = Field(default=None, ge=1)
+    host_bus: str
+    tdp_w: float = Field(gt=0, le=10_000)
+    datacenter_license: bool
+    price: Price
+    matmul_efficiency: MatmulEfficiency
+    source: str
+    note: str | None = None
+
+    @model_validator(mode="after")
+    def _has_a_precision(self) -> Gpu:
+        if not (self.bf16_tflops or self.fp16_tflops or self.fp8_tflops):
+            raise ValueError("needs at least one of bf16_tflops, fp16_tflops, fp8_tflops")
+        return self
+
+    def tflops(self, precision: str) -> float | None:
+        return getattr(self, f"{precision}_tflops", None)
+
+
+class Server(Record):
+    id: str
+    name: str
+    slots: int = Field(ge=1, le=72)
+    full_only: bool
+    accepts: tuple[str, ...]
+    fabrics: tuple[str, ...]
+    price: Price
+    base_power_w: float = Field(ge=0, le=100_000)
+    power_source: str
+
+
+class LinkType(Record):
+    id: str
+    name: str
+    p2p: bool
+    efficiency: float = Field(gt=0, le=1)
+    latency_us: float = Field(ge=0, le=10_000)
+    source: str
+    assumption: bool = False
+
+
+class Nic(Record):
+    id: str
+    name: str
+    gbps: float = Field(gt=0)
+    ports: int = Field(ge=1)
+    power_w: float = Field(ge=0)
+    price: Price
+    source: str
+
+
+class Switch(Record):
+    id: str
+    name: str
+    ports: int = Field(ge=2)
+    gbps: float = Field(gt=0)
+    power_w: float = Field(ge=0)
+    price: Price
+    source: str
+
+
+class Fabric(Record):
+    id: str
+    name: str
+    nic: str | None
+    nics_per_server: int = Field(default=0, ge=0, le=16)
+    ports_per_server: int | None = Field(default=None, ge=1)
+    port_gbps: float | None = Field(default=None, gt=0)
+    switch: str
+    efficiency: float = Field(gt=0, le=1)
+    latency_us: float = Field(ge=0)
+    source: str
+    assumption: bool = False
+
+
+class ModelPreset(Record):
+    id: str
+    name: str
+    layers: int = Field(ge=1)
+    hidden: int = Field(ge=1)
+    heads: int = Field(ge=1)
+    kv_heads: int = Field(ge=1)
+    ffn_hidden: int = Field(ge=1)
+    vocab: int = Field(ge=1)
+    seq_len: int = Field(ge=1)
+    mlp: Literal["gelu", "swiglu"]
+    published_params_b: float | None = None
+    source: str
+
+    def spec(self) -> ModelSpec:
+        return ModelSpec(self.id, self.layers, self.hidden, self.heads, self.kv_heads,
+                         self.ffn_hidden, self.vocab, self.seq_len, self.mlp)
+
+
+class Pue(Record):
+    datacenter: Sourced
+    other: Sourced
+
+
+class Facility(Record):
+    schema_version: int
+    electricity_usd_per_kwh: Sourced
+    pue: Pue
+    amortisation_years: Sourced
+    load_factor: Sourced
+
+    @model_validator(mode="after")
+    def _plausible(self) -> Facility:
+        for name, pue in (("pue.datacenter", self.pue.datacenter), ("pue.other", self.pue.other)):
+            if not 1.0 <= pue.value <= 3.0:
+                raise ValueError(f"{name} must be between 1.0 and 3.0, got {pue.value}")
+        if not 0 < self.load_factor.value <= 1:
+            raise ValueError(f"load_factor must be in (0, 1], got {self.load_factor.value}")
+        if self.amortisation_years.value <= 0:
+            raise ValueError("amortisation_years must be positive")
+        return self
+
+
+class EfficiencyFile(Record):
+    schema_version: int
+    mem_bw_efficiency: Sourced
+    dp_overlap: Sourced
+    tp_overlap: Sourced | None = None
+    reserved_memory_gb: Sourced
+
+    def efficiency(self) -> Efficiency:
+        return Efficiency(
+            mem_bw=self.mem_bw_efficiency.value,
+            dp_overlap=self.dp_overlap.value,
+            tp_overlap=self.tp_overlap.value if self.tp_overlap else 0.0,
+            reserved_memory=self.reserved_memory_gb.value * GB,
+        )
+
+
+class GpuFile(Record):
+    schema_version: int
+    prices_as_of: str
+    spec_sources: dict[str, str] = {}
+    gpus: tuple[Gpu, ...]
+
+
+class ServerFile(Record):
+    schema_version: int
+    servers: tuple[Server, ...]
+
+
+class NetworkFile(Record):
+    schema_version: int
+    links: tuple[LinkType, ...]
+    nics: tuple[Nic, ...]
+    switches: tuple[Switch, ...]
+    fabrics: tuple[Fabric, ...]
+
+
+class ModelFile(Record):
+    schema_version: int
+    models: tuple[ModelPreset, ...]
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """Every catalog entry by id, cross-checked."""
+
+    root: Path
+    prices_as_of: str
+    gpus: dict[str, Gpu]
+    servers: dict[str, Server]
+    links: dict[str, LinkType]
+    nics: dict[str, Nic]
+    switches: dict[str, Switch]
+    fabrics: dict[str, Fabric]
+    models: dict[str, ModelPreset]
+    facility: Facility
+    efficiency: Efficiency
+
+    def get(self, kind: str, ident: str) -> Record:
+        table: dict[str, Record] = getattr(self, kind)
+        if ident not in table:
+            raise CatalogError(f"unknown {kind[:-1]} '{ident}'.{suggest(ident, table)}"
+                               f" Known: {', '.join(sorted(table))}.")
+        return table[ident]
+
+    def servers_for(self, gpu_id: str) -> list[Server]:
+        return [s for s in self.servers.values() if gpu_id in s.accepts]
+
+    def fabric_ports(self, fabric: Fabric) -> tuple[int, float]:
+        """(switch ports used per server, Gb/s per port)."""
+        if fabric.nic is None:
+            return fabric.ports_per_server or 0, fabric.port_gbps or 0.0
+        nic = self.nics[fabric.nic]
+        return fabric.nics_per_server * nic.ports, nic.gbps
+
+    def hardware(self, gpu_id: str, server_id: str, fabric_id: str | None) -> Hardware:
+        """The SI view of a GPU in a server on a fabric, for the performance model."""
+        gpu = self.gpus[gpu_id]
+        server = self.servers[server_id]
+        link = self.links[gpu.link]
+        bus = self.links[gpu.host_bus]
+        network = None
+        if fabric_id is not None:
+            fabric = self.fabrics[fabric_id]
+            ports, gbps = self.fabric_ports(fabric)
+            network = Link(fabric.id, ports * gbps / 8 * GB, fabric.efficiency, fabric.latency_us * 1e-6)
+        return Hardware(
+            device=self.device(gpu_id),
+            gpus_per_node=server.slots,
+            link=Link(link.id, gpu.link_bw_gbs / 2 * GB, link.efficiency, link.latency_us * 1e-6),
+            link_domain=gpu.link_domain or server.slots,
+            host_bus=Link(bus.id, _bus_gbs(bus.id) / 2 * GB, bus.efficiency, bus.latency_us * 1e-6),
+            network=network,
+        )
+
+    def device(self, gpu_id: str) -> Device:
+        gpu = self.gpus[gpu_id]
+        peaks = tuple((p, gpu.tflops(p) * 1e12) for p in ("bf16", "fp16", "fp8") if gpu.tflops(p))
+        eff = gpu.matmul_efficiency
+        effs = tuple((p, getattr(eff, p)) for p in ("bf16", "fp16", "fp8") if getattr(eff, p))
+        return Device(gpu.id, gpu.memory_gb * GB, gpu.mem_bw_gbs * GB, peaks, effs)
+
+
+def _bus_gbs(bus_id: str) -> float:
+    """PCIe x16 bandwidth, both directions together (PCIe 3/4/5: 32/64/128 GB/s)."""
+    return {"pcie3": 32.0, "pcie4": 64.0, "pcie4-no-p2p": 64.0, "pcie5": 128.0}.get(bus_id, 64.0)
+
+
+def default_root() -> Path:
+    """``$GPUOPT_CATALOGS`` or the ``catalogs/`` folder beside the package."""
+    env = os.environ.get("GPUOPT_CATALOGS")
+    return Path(env) if env else Path(__file__).resolve().parent.parent / "catalogs"
+
+
+def _load(root: Path, name: str, schema: type[Record]) -> Record:
+    path = root / name
+    data = read_yaml(path, CatalogError)
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise CatalogError(f"{path}: schema_version is {version!r}; this gpuopt reads {SCHEMA_VERSION}. "
+                           "To fix: set 'schema_version: 1'.")
+    return validate(schema, data, path, CatalogError)
+
+
+def _index(path: Path, kind: str, items: tuple[Record, ...]) -> dict[str, Record]:
+    table: dict[str, Record] = {}
+    for item in items:
+        ident = item.id  # type: ignore[attr-defined]
+        if ident in table:
+            raise CatalogError(f"{path}: {kind} id '{ident}' appears twice. To fix: give each entry its own id.")
+        table[ident] = item
+    return table
+
+
+def load_catalog(root: Path | None = None) -> Catalog:
+    """Load every catalog file under ``root`` and check the references between them."""
+    root = Path(root) if root else default_root()
+    gpus_f = _load(root, "gpus.yaml", GpuFile)
+    servers_f = _load(root, "servers.yaml", ServerFile)
+    net_f = _load(root, "network.yaml", NetworkFile)
+    models_f = _load(root, "models.yaml", ModelFile)
+    facility = _load(root, "facility.yaml", Facility)
+    eff = _load(root, "efficiency.yaml", EfficiencyFile)
+    cat = Catalog(
+        root=root,
+        prices_as_of=gpus_f.prices_as_of,  # type: ignore[attr-defined]
+        gpus=_index(root / "gpus.yaml", "gpu", gpus_f.gpus),  # type: ignore[attr-defined]
+        servers=_index(root / "servers.yaml", "server", servers_f.servers),  # type: ignore[attr-defined]
+        links=_index(root / "network.yaml", "link", net_f.links),  # type: ignore[attr-defined]
+        nics=_index(root / "network.yaml", "nic", net_f.nics),  # type: ignore[attr-defined]
+        switches=_index(root / "network.yaml", "switch", net_f.switches),  # type: ignore[attr-defined]
+        fabrics=_index(root / "network.yaml", "fabric", net_f.fabrics),  # type: ignore[attr-defined]
+        models=_index(root / "models.yaml", "model", models_f.models),  # type: ignore[attr-defined]
+        facility=facility,  # type: ignore[arg-type]
+        efficiency=eff.efficiency(),  # type: ignore[attr-defined]
+    )
+    _check_references(cat)
+    return cat
+
+
+def _ref(path: Path, owner: str, field: str, ident: str | None, table: dict[str, Record]) -> None:
+    if ident is not None and ident not in table:
+        raise CatalogError(f"{path}: {owner}: field '{field}' names unknown id '{ident}'.{suggest(ident, table)}")
+
+
+def _check_references(cat: Catalog) -> None:
+    for gpu in cat.gpus.values():
+        _ref(cat.root / "gpus.yaml", f"gpu '{gpu.id}'", "link", gpu.link, cat.links)
+        _ref(cat.root / "gpus.yaml", f"gpu '{gpu.id}'", "host_bus", gpu.host_bus, cat.links)
+    for server in cat.servers.values():
+        for g in server.accepts:
+            _ref(cat.root / "servers.yaml", f"server '{server.id}'", "accepts", g, cat.gpus)
+        for f in server.fabrics:
+            _ref(cat.root / "servers.yaml", f"server '{server.id}'", "fabrics", f, cat.fabrics)
+    for fabric in cat.fabrics.values():
+        path = cat.root / "network.yaml"
+        _ref(path, f"fabric '{fabric.id}'", "nic", fabric.nic, cat.nics)
+        _ref(path, f"fabric '{fabric.id}'", "switch", fabric.switch, cat.switches)
+        if fabric.nic is None and not (fabric.ports_per_server and fabric.port_gbps):
+            raise CatalogError(f"{path}: fabric '{fabric.id}': without a nic it needs ports_per_server and port_gbps.")
+        if fabric.nic is not None and fabric.nics_per_server < 1:
+            raise CatalogError(f"{path}: fabric '{fabric.id}': field 'nics_per_server' must be at least 1.")

@@ -1,0 +1,347 @@
+"""Stage 5: one mixed-integer program over the candidate plans and the integer infrastructure.
+
+Sets
+    C          candidate plan templates (``plans.Candidate``); C_h those on hardware group h
+    H          hardware groups: GPU × server type × fabric (or a single server)
+Data (per c)   mp_c = TP·PP GPUs per replica, r_c tokens/s per replica, [dpmin_c, dpmax_c]
+Data (per h)   slots, GPU/server/NIC-port/switch prices and powers, switch radix P_h,
+               switch ports per server q_h
+Variables
+    x_c ∈ {0,1}     plan c is the one used            dp_c ∈ ℤ≥0   its data-parallel degree
+    G_h ∈ ℤ≥0       GPUs bought                       S_h ∈ ℤ≥0    servers bought
+    L_h, K_h ∈ ℤ≥0  leaf and spine switches           y_h ∈ {0,1}  more than one switch
+Constraints
+    (1) Σ_c x_c = 1                                          one training plan
+    (2) dpmin_c·x_c ≤ dp_c ≤ dpmax_c·x_c                     dp only for the chosen plan
+    (3) G_h ≥ Σ_{c∈C_h} mp_c·dp_c                            GPUs to run it
+    (4) G_h ≤ slots_h·S_h   (= for baseboards sold full)     servers to hold them
+    (5) S_h ≤ 1 for single-server groups
+    (6) L_h ≥ q_h·S_h / P_h;  L_h ≥ Σ_{c∈C_h} x_c;  q_h·S_h ≤ P_h + M·y_h;
+        L_h ≥ 2·q_h·S_h / P_h − M'(1−y_h);  2·K_h ≥ L_h − M'(1−y_h)
+                                                             one switch, or a non-blocking
+                                                             two-tier fat tree (half the leaf
+                                                             ports up, spines = leaves / 2)
+    (7) T = Σ_c r_c·dp_c                                     tokens/s
+    (8) T ≥ tokens / deadline                                (min_cost)
+    (9) capex = Σ_h gpu$·G_h + (server$ + q_h·port$)·S_h + switch$·(L_h + K_h)
+    (10) W = Σ_h gpuW·G_h + (serverW + q_h·portW)·S_h + switchW·(L_h + K_h) ≤ power cap
+    (11) capex ≤ budget  (or capex + opex ≤ budget when the budget covers TCO)
+    opex = W · load factor · PUE · hours(horizon) · $/kWh;   TCO = capex + opex
+Objective
+    min_cost: minimise TCO;  min_time: maximise T.  A second pass fixes the optimum and takes,
+    among equally good answers, the cheapest (min_time) or the fastest (min_cost).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from optimizer.errors import SolverError
+from optimizer.plans import Candidate, Group, PlanTable
+
+BACKENDS = ("ortools", "pulp")
+
+
+class Status(enum.Enum):
+    OPTIMAL = "optimal"
+    FEASIBLE = "feasible (time limit; not proven optimal)"
+    INFEASIBLE = "infeasible"
+    NO_SOLUTION = "no solution found within the time limit"
+
+
+@dataclass(frozen=True)
+class Targets:
+    """What the MIP must meet and what it optimises."""
+
+    objective: str  # min_cost | min_time
+    tokens: float
+    deadline_s: float | None = None
+    budget_usd: float | None = None
+    budget_covers: str = "capex"
+    power_cap_w: float | None = None
+    opex_usd_per_w: float = 0.0  # electricity over the horizon per watt of IT load
+
+    @property
+    def required_tokens_per_s(self) -> float | None:
+        return self.tokens / self.deadline_s if self.deadline_s else None
+
+
+@dataclass(frozen=True)
+class GroupCount:
+    group: str
+    gpus: int
+    servers: int
+    leaf_switches: int
+    spine_switches: int
+
+
+@dataclass(frozen=True)
+class MilpSolution:
+    status: Status
+    backend: str
+    objective: float | None
+    bound: float | None
+    gap: float | None
+    candidate: Candidate | None
+    dp: int
+    counts: GroupCount | None
+    tokens_per_s: float
+    capex: float
+    power_w: float
+    opex: float
+    solve_seconds: float
+    variables: int
+    constraints: int
+
+    @property
+    def tco(self) -> float:
+        return self.capex + self.opex
+
+
+def network_switches(group: Group, servers: int) -> tuple[int, int]:
+    """(leaf, spine) switches for ``servers`` on the group's fabric: constraint (6) in closed form."""
+    if group.fabric is None or servers == 0:
+        return 0, 0
+    ports = group.ports_per_server * servers
+    if ports <= group.switch_ports:
+        return 1, 0
+    leaves = math.ceil(2 * ports / group.switch_ports)
+    return leaves, math.ceil(leaves / 2)
+
+
+def group_costs(group: Group, gpus: int, servers: int, leaves: int, spines: int) -> tuple[float, float]:
+    """(capex USD, IT power W) of a purchase on one group: constraints (9) and (10)."""
+    capex = (gpus * group.gpu_usd + servers * (group.server_usd + group.ports_per_server * group.port_usd)
+             + (leaves + spines) * group.switch_usd)
+    power = (gpus * group.gpu_w + servers * (group.server_w + group.ports_per_server * group.port_w)
+             + (leaves + spines) * group.switch_w)
+    return capex, power
+
+
+def purchase(group: Group, used_gpus: int) -> GroupCount:
+    """The least hardware that runs ``used_gpus`` on ``group`` (what the MIP's min-cost reaches)."""
+    servers = math.ceil(used_gpus / group.slots)
+    gpus = servers * group.slots if group.full_only else used_gpus
+    leaves, spines = network_switches(group, servers)
+    return GroupCount(group.key, gpus, servers, leaves, spines)
+
+
+def _bounds(table: PlanTable) -> dict[str, tuple[int, int]]:
+    """Per group: most GPUs and servers any candidate could need (tight big-M values)."""
+    out: dict[str, tuple[int, int]] = {}
+    for c in table.candidates:
+        g = table.groups[c.group]
+        gpus = c.gpus_per_replica * c.dp_max
+        servers = math.ceil(gpus / g.slots)
+        prev = out.get(c.group, (0, 0))
+        out[c.group] = (max(prev[0], servers * g.slots), max(prev[1], servers))
+    return out
+
+
+class _Model:
+    """The few modelling calls both backends need, so the formulation is written once."""
+
+    def __init__(self, backend: str) -> None:
+        self.backend = backend
+        if backend == "ortools":
+            from ortools.linear_solver import pywraplp
+
+            self._pywraplp = pywraplp
+            self.m = pywraplp.Solver.CreateSolver("SCIP")
+            if self.m is None:
+                raise SolverError("OR-Tools was built without SCIP. To fix: pip install --force-reinstall ortools.")
+        elif backend == "pulp":
+            import pulp
+
+            self._pulp = pulp
+            self.m = pulp.LpProblem("gpuopt", pulp.LpMinimize)
+        else:
+            raise SolverError(f"unknown solver backend '{backend}'. To fix: use one of {', '.join(BACKENDS)}.")
+        self.n_vars = 0
+        self.n_cons = 0
+
+    def int_var(self, lb: float, ub: float, name: str) -> Any:
+        self.n_vars += 1
+        if self.backend == "ortools":
+            return self.m.IntVar(lb, ub, name)
+        return self._pulp.LpVariable(name, lb, ub, cat="Integer")
+
+    def bool_var(self, name: str) -> Any:
+        return self.int_var(0, 1, name)
+
+    def total(self, terms: list) -> Any:
+        if self.backend == "ortools":
+            return self.m.Sum(terms) if terms else 0
+        return self._pulp.lpSum(terms)
+
+    def add(self, constraint: Any, name: str) -> None:
+        self.n_cons += 1
+        if self.backend == "ortools":
+            self.m.Add(constraint, name)
+        else:
+            self.m += constraint, name
+
+    def set_objective(self, expr: Any, maximize: bool) -> None:
+        if self.backend == "ortools":
+            (self.m.Maximize if maximize else self.m.Minimize)(expr)
+        else:
+            self.m.sense = self._pulp.LpMaximize if maximize else self._pulp.LpMinimize
+            self.m.setObjective(expr)
+
+    def solve(self, time_limit_s: float, mip_gap: float) -> tuple[Status, float | None, float | None]:
+        """(status, objective, best bound)."""
+        if self.backend == "ortools":
+            self.m.SetTimeLimit(int(max(1.0, time_limit_s) * 1000))
+            params = self._pywraplp.MPSolverParameters()
+            params.SetDoubleParam(params.RELATIVE_MIP_GAP, mip_gap)
+            code = self.m.Solve(params)
+            S = self._pywraplp.Solver
+            if code == S.OPTIMAL:
+                status = Status.OPTIMAL
+            elif code == S.FEASIBLE:
+                status = Status.FEASIBLE
+            elif code == S.INFEASIBLE:
+                return Status.INFEASIBLE, None, None
+            elif code == S.NOT_SOLVED:
+                return Status.NO_SOLUTION, None, None
+            else:
+                raise SolverError(f"SCIP stopped with result code {code} (unbounded or abnormal).")
+            return status, self.m.Objective().Value(), self.m.Objective().BestBound()
+        pulp = self._pulp
+        solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, int(math.ceil(time_limit_s))),
+                                   gapRel=mip_gap, threads=1)
+        self.m.solve(solver)
+        if self.m.status == pulp.LpStatusInfeasible:
+            return Status.INFEASIBLE, None, None
+        if self.m.sol_status == pulp.LpSolutionOptimal:
+            status = Status.OPTIMAL
+        elif self.m.sol_status == pulp.LpSolutionIntegerFeasible:
+            status = Status.FEASIBLE
+        elif self.m.status == pulp.LpStatusNotSolved or self.m.sol_status == pulp.LpSolutionNoSolutionFound:
+            return Status.NO_SOLUTION, None, None
+        else:
+            raise SolverError(f"CBC stopped with status {pulp.LpStatus[self.m.status]}.")
+        value = pulp.value(self.m.objective)
+        return status, value, None
+
+    def value(self, var: Any) -> float:
+        if self.backend == "ortools":
+            return var.solution_value()
+        return var.value() or 0.0
+
+
+def solve(table: PlanTable, targets: Targets, backend: str = "ortools", time_limit_s: float = 60.0,
+          mip_gap: float = 1e-6, tie_break: bool = True) -> MilpSolution:
+    """Build the program above over ``table`` and solve it. Same signature for both backends."""
+    import time
+
+    if not table.candidates:
+        raise SolverError("no candidate plans to choose from")
+    start = time.perf_counter()
+    model = _Model(backend)
+    # --- variables -------------------------------------------------------------------------
+    x = {c.key: model.bool_var(f"x[{c.key}]") for c in table.candidates}
+    dp = {c.key: model.int_var(0, c.dp_max, f"dp[{c.key}]") for c in table.candidates}
+    bounds = _bounds(table)
+    G, S, L, K, Y = {}, {}, {}, {}, {}
+    for h, g in sorted(table.groups.items()):
+        gmax, smax = bounds[h]
+        G[h] = model.int_var(0, gmax, f"gpus[{h}]")
+        S[h] = model.int_var(0, smax, f"servers[{h}]")
+        if g.fabric is not None:
+            lmax = max(1, math.ceil(2 * g.ports_per_server * smax / g.switch_ports))
+            L[h] = model.int_var(0, lmax, f"leaf[{h}]")
+            K[h] = model.int_var(0, lmax, f"spine[{h}]")
+            Y[h] = model.bool_var(f"multi_switch[{h}]")
+    by_group: dict[str, list[Candidate]] = {}
+    for c in table.candidates:
+        by_group.setdefault(c.group, []).append(c)
+    # --- constraints -----------------------------------------------------------------------
+    model.add(model.total(list(x.values())) == 1, "one_plan")  # (1)
+    for c in table.candidates:  # (2)
+        model.add(dp[c.key] >= c.dp_min * x[c.key], f"dp_min[{c.key}]")
+        model.add(dp[c.key] <= c.dp_max * x[c.key], f"dp_max[{c.key}]")
+    capex_terms, power_terms = [], []
+    for h, g in sorted(table.groups.items()):
+        cands = by_group[h]
+        model.add(G[h] >= model.total([c.gpus_per_replica * dp[c.key] for c in cands]), f"gpus[{h}]")  # (3)
+        if g.full_only:  # (4)
+            model.add(G[h] == g.slots * S[h], f"full_servers[{h}]")
+        else:
+            model.add(G[h] <= g.slots * S[h], f"slots[{h}]")
+        if g.fabric is None:  # (5)
+            model.add(S[h] <= 1, f"single_server[{h}]")
+            switches = 0
+        else:  # (6)
+            q, P = g.ports_per_server, g.switch_ports
+            smax = bounds[h][1]
+            big_ports = q * smax
+            big_leaf = 2 * q * smax / P
+            model.add(L[h] * P >= q * S[h], f"leaf_ports[{h}]")
+            model.add(L[h] >= model.total([x[c.key] for c in cands]), f"leaf_needed[{h}]")
+            model.add(q * S[h] <= P + big_ports * Y[h], f"one_switch[{h}]")
+            model.add(L[h] >= (2.0 * q / P) * S[h] - big_leaf * (1 - Y[h]), f"fat_tree_leaf[{h}]")
+            model.add(2 * K[h] >= L[h] - big_leaf * (1 - Y[h]), f"fat_tree_spine[{h}]")
+            switches = L[h] + K[h]
+        capex_terms += [g.gpu_usd * G[h], (g.server_usd + g.ports_per_server * g.port_usd) * S[h]]
+        power_terms += [g.gpu_w * G[h], (g.server_w + g.ports_per_server * g.port_w) * S[h]]
+        if g.fabric is not None:
+            capex_terms.append(g.switch_usd * switches)
+            power_terms.append(g.switch_w * switches)
+    throughput = model.total([c.replica_tokens_per_s * dp[c.key] for c in table.candidates])  # (7)
+    capex = model.total(capex_terms)  # (9)
+    power = model.total(power_terms)  # (10)
+    tco = capex + targets.opex_usd_per_w * power
+    if targets.required_tokens_per_s is not None:  # (8)
+        model.add(throughput >= targets.required_tokens_per_s, "deadline")
+    if targets.power_cap_w is not None:
+        model.add(power <= targets.power_cap_w, "power_cap")
+    if targets.budget_usd is not None:  # (11)
+        model.add((tco if targets.budget_covers == "tco" else capex) <= targets.budget_usd, "budget")
+    # --- objective and solve ---------------------------------------------------------------
+    maximize = targets.objective == "min_time"
+    model.set_objective(throughput if maximize else tco, maximize)
+    status, objective, bound = model.solve(time_limit_s, mip_gap)
+    if status in (Status.INFEASIBLE, Status.NO_SOLUTION):
+        return _empty(status, backend, start, model)
+    gap = _gap(objective, bound) if bound is not None else (mip_gap if status == Status.OPTIMAL else None)
+    if tie_break and objective is not None:
+        remaining = max(1.0, time_limit_s - (time.perf_counter() - start))
+        slack = 1e-7 * max(1.0, abs(objective))
+        if maximize:
+            model.add(throughput >= objective - slack, "tie_break_throughput")
+        else:
+            model.add(tco <= objective + slack, "tie_break_cost")
+        model.set_objective(tco if maximize else throughput, not maximize)
+        second, _, _ = model.solve(remaining, mip_gap)
+        if second not in (Status.OPTIMAL, Status.FEASIBLE):
+            raise SolverError("the tie-breaking pass lost the solution it was given")
+    chosen = [c for c in table.candidates if model.value(x[c.key]) > 0.5]
+    if len(chosen) != 1:
+        raise SolverError(f"the solver selected {len(chosen)} plans; expected exactly one")
+    c = chosen[0]
+    h = c.group
+    counts = GroupCount(h, round(model.value(G[h])), round(model.value(S[h])),
+                        round(model.value(L[h])) if h in L else 0, round(model.value(K[h])) if h in K else 0)
+    dp_value = round(model.value(dp[c.key]))
+    cap, watts = group_costs(table.groups[h], counts.gpus, counts.servers, counts.leaf_switches,
+                             counts.spine_switches)
+    return MilpSolution(status, backend, objective, bound, gap, c, dp_value, counts,
+                        c.replica_tokens_per_s * dp_value, cap, watts, targets.opex_usd_per_w * watts,
+                        time.perf_counter() - start, model.n_vars, model.n_cons)
+
+
+def _gap(objective: float | None, bound: float | None) -> float | None:
+    if objective is None or bound is None:
+        return None
+    return abs(bound - objective) / max(1e-9, abs(objective))
+
+
+def _empty(status: Status, backend: str, start: float, model: _Model) -> MilpSolution:
+    import time
+
+    return MilpSolution(status, backend, None, None, None, None, 0, None, 0.0, 0.0, 0.0, 0.0,
+                        time.perf_counter() - start, model.n_vars, model.n_cons)

@@ -1,0 +1,116 @@
+"""Training memory per GPU: weights, gradients, optimizer state, activations.
+
+Mixed precision with Adam: 2 B/param of 16-bit weights, 2 B/param of gradients, 12 B/param of
+fp32 master weights, momentum and variance (EleutherAI "Transformer Math 101"). ZeRO stage 1
+shards the optimizer over DP, stage 2 also the gradients, stage 3 also the weights
+(Rajbhandari et al. 2020). Activations follow Korthikanti et al. 2022 (arXiv 2205.05198),
+generalised from GPT's 4h MLP and full multi-head attention to any MLP width and to GQA.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from optimizer.perf import model as shape
+from optimizer.perf.specs import ModelSpec, TrainPlan
+
+WEIGHT_BYTES = 2
+GRAD_BYTES = 2
+ADAM_BYTES = 12
+ACT_BYTES = 2  # 16-bit activations
+
+
+@dataclass(frozen=True)
+class MemoryResult:
+    """Bytes per GPU on the fullest pipeline stage, with its breakdown."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+    reserved: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.gradients + self.optimizer + self.activations + self.reserved
+
+    def breakdown(self) -> dict[str, float]:
+        return {
+            "weights": self.weights,
+            "gradients": self.gradients,
+            "optimizer": self.optimizer,
+            "activations": self.activations,
+            "reserved": self.reserved,
+        }
+
+
+def activation_bytes_per_layer(
+    m: ModelSpec, seq_len: int, micro_batch: int, tp: int, recompute: str, sequence_parallel: bool
+) -> float:
+    """Activation bytes one layer keeps for the backward pass, per GPU.
+
+    Korthikanti et al. Table 2 for a GPT layer: ``s·b·h·(34 + 5·a·s/h)`` without recompute
+    and without parallelism. The 34 splits into 10·s·b·h that TP does not shard (LayerNorm
+    inputs 4, QKV and MLP inputs 2 + 2, dropout masks 2) and 24·s·b·h that it does (Q, K, V,
+    attention-output input, and the MLP's 16). Here K and V take their GQA width and the
+    MLP its own width: GELU keeps 4·s·b·f, SwiGLU 6·s·b·f. Selective recompute drops the
+    5·a·s²·b attention term; full recompute keeps only the layer input, 2·s·b·h.
+    Sequence parallelism shards the 10·s·b·h part over TP as well.
+    """
+    s, b, h, a = seq_len, micro_batch, m.hidden, m.heads
+    if recompute == "full":
+        per = 2.0 * s * b * h
+        return per / tp if sequence_parallel else per
+    unsharded = 10.0 * s * b * h
+    mlp = (4.0 if m.mlp == "gelu" else 6.0) * s * b * m.ffn_hidden
+    sharded = 4.0 * s * b * h + 4.0 * s * b * m.kv_hidden + mlp
+    if recompute == "none":
+        sharded += 5.0 * a * s * s * b
+    if sequence_parallel:
+        unsharded /= tp
+    return unsharded + sharded / tp
+
+
+def stage_layers(m: ModelSpec, pp: int) -> int:
+    """Layers on the fullest stage."""
+    return math.ceil(m.layers / pp)
+
+
+def training_memory(m: ModelSpec, plan: TrainPlan, reserved: float = 0.0) -> MemoryResult:
+    """Memory per GPU of the fullest pipeline stage (the first, under 1F1B).
+
+    Parameters on a stage are its layers plus the embedding (first stage) or the output
+    layer and final norm (last stage); with one stage, all of them. The first stage keeps
+    ``min(pp, m)`` micro-batches of activations in flight (1F1B, Narayanan et al. 2021);
+    the last stage also holds the fp32 logits for the loss (4·s·b·V/tp bytes).
+    """
+    s = plan.seq_len or m.seq_len
+    tp, pp, dp = plan.tp, plan.pp, plan.dp
+    layers = stage_layers(m, pp)
+    per_layer = shape.layer_params(m)
+    embed_in = m.vocab * m.hidden + (m.seq_len * m.hidden if m.mlp == "gelu" else 0)
+    embed_out = 0 if m.tied_embeddings else m.vocab * m.hidden
+    logits = 4.0 * s * plan.micro_batch * m.vocab / tp
+    act_layer = activation_bytes_per_layer(m, s, plan.micro_batch, tp, plan.recompute, plan.sequence_parallel)
+    in_flight = min(pp, plan.num_micro_batches)
+    if pp == 1:
+        stages = [(shape.param_count(m), act_layer * layers + logits)]
+    else:
+        first = (layers * per_layer + embed_in, act_layer * layers * in_flight)
+        last = (
+            layers * per_layer + embed_out + shape.final_norm_params(m),
+            act_layer * layers + logits,
+        )
+        stages = [first, last]
+    best: MemoryResult | None = None
+    for params, acts in stages:
+        local = params / tp
+        weights = WEIGHT_BYTES * local / (dp if plan.zero >= 3 else 1)
+        grads = GRAD_BYTES * local / (dp if plan.zero >= 2 else 1)
+        optim = ADAM_BYTES * local / (dp if plan.zero >= 1 else 1)
+        result = MemoryResult(weights, grads, optim, acts, reserved)
+        if best is None or result.total > best.total:
+            best = result
+    assert best is not None
+    return best

@@ -1,0 +1,135 @@
+"""Frozen inputs of the performance model: the model shape, the hardware, the parallel plan.
+
+Everything inside is SI: bytes, FLOP, seconds, bytes per second. Catalog units (GB, GB/s,
+TFLOPS) are converted once, in ``optimizer.catalog``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+RECOMPUTE_MODES = ("none", "selective", "full")
+PRECISIONS = ("bf16", "fp16", "fp8")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A decoder-only transformer's shape.
+
+    ``mlp='gelu'`` is the classic GPT block (two matrices, biases, LayerNorm, learned
+    positions, tied embeddings); ``mlp='swiglu'`` is the Llama block (three matrices, no
+    biases, RMSNorm, rotary positions, untied output layer).
+    """
+
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn_hidden: int
+    vocab: int
+    seq_len: int
+    mlp: str = "swiglu"
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def kv_hidden(self) -> int:
+        """Width of K (or V): kv_heads × head_dim; smaller than hidden under GQA."""
+        return self.kv_heads * self.head_dim
+
+    @property
+    def tied_embeddings(self) -> bool:
+        return self.mlp == "gelu"
+
+
+@dataclass(frozen=True)
+class Link:
+    """A communication path as one GPU sees it: bandwidth each way, efficiency, latency."""
+
+    name: str
+    bw_one_way: float  # bytes/s at line rate, per GPU (or per node for a NIC bundle)
+    efficiency: float  # achieved fraction of line rate in collectives
+    latency: float  # seconds per collective step
+
+    @property
+    def effective_bw(self) -> float:
+        return self.bw_one_way * self.efficiency
+
+
+@dataclass(frozen=True)
+class Device:
+    """One accelerator as the performance model needs it."""
+
+    name: str
+    memory: float  # bytes
+    mem_bw: float  # bytes/s
+    peak_flops: tuple[tuple[str, float], ...]  # (precision, dense FLOP/s)
+    matmul_efficiency: tuple[tuple[str, float], ...]  # (precision, fraction of peak)
+
+    def peak(self, precision: str) -> float | None:
+        return dict(self.peak_flops).get(precision)
+
+    def efficiency(self, precision: str) -> float:
+        eff = dict(self.matmul_efficiency)
+        return eff.get(precision) or eff.get("bf16") or eff.get("fp16") or 0.5
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """A GPU in its server and cluster: the links each parallel dimension may use."""
+
+    device: Device
+    gpus_per_node: int
+    link: Link  # the intra-node GPU link (NVLink, xGMI, or the PCIe bus)
+    link_domain: int  # how many GPUs the link joins (8 for NVSwitch, 2 for a bridge)
+    host_bus: Link  # PCIe, used beyond the link domain
+    network: Link | None = None  # a node's NICs together (bw per node each way)
+
+    def group_link(self, size: int) -> Link:
+        """The link a collective among ``size`` GPUs of one node runs over."""
+        return self.link if size <= self.link_domain else self.host_bus
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """Factors of the model that belong to no single GPU or link (catalogs/efficiency.yaml)."""
+
+    mem_bw: float = 0.8
+    dp_overlap: float = 0.5
+    tp_overlap: float = 0.0
+    reserved_memory: float = 2e9  # bytes
+
+
+@dataclass(frozen=True)
+class TrainPlan:
+    """How one training job is laid out (axis order DP × PP × TP, as in picotron)."""
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    micro_batch: int = 1
+    num_micro_batches: int = 1  # per step and per data-parallel replica
+    recompute: str = "selective"
+    sequence_parallel: bool = False
+    zero: int = 1
+    precision: str = "bf16"
+    seq_len: int | None = None  # None: the model's own
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    @property
+    def global_batch(self) -> int:
+        """Sequences per optimizer step."""
+        return self.dp * self.micro_batch * self.num_micro_batches
+
+    def describe(self) -> str:
+        sp = "+sp" if self.sequence_parallel else ""
+        return (
+            f"dp{self.dp}×pp{self.pp}×tp{self.tp}{sp} mb{self.micro_batch}×{self.num_micro_batches}"
+            f" {self.recompute}-recompute zero{self.zero} {self.precision}"
+        )

@@ -1,0 +1,164 @@
+"""Training step time, throughput and utilisation for one configuration.
+
+One optimizer step of one data-parallel replica is ``m`` micro-batches through ``pp`` stages
+(1F1B: ``(m + pp − 1)`` micro-batch slots, bubble fraction ``(pp−1)/(m+pp−1)``, Narayanan et
+al. 2021 eq. 1), then the gradient reduction over DP and the optimizer update. Per micro-batch
+and stage: compute at the GPU's achievable FLOP/s, the TP all-reduces of ``s·b·h`` values
+(two forward and two backward per layer, Shoeybi et al. 2019; two more under full recompute)
+and the stage-boundary sends of ``s·b·h`` values. Collectives are ring-based:
+``2(n−1)/n`` of the buffer crosses each link; across nodes the reduction is hierarchical
+(NVLink inside the node, the node's NICs between nodes).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from optimizer.perf import model as shape
+from optimizer.perf.memory import GRAD_BYTES, WEIGHT_BYTES, MemoryResult, training_memory
+from optimizer.perf.specs import Efficiency, Hardware, Link, ModelSpec, TrainPlan
+
+ACT_BYTES = 2
+OPTIMIZER_BYTES_TOUCHED = 32  # per parameter: read and write weights, grads, master, m, v
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What ``estimate train`` prints; ``breakdown`` is seconds per step by term."""
+
+    fits: bool
+    memory: MemoryResult
+    memory_capacity: float
+    step_time: float
+    tokens_per_step: int
+    tokens_per_s: float  # whole configuration (all GPUs)
+    flops_per_gpu: float  # model FLOP/s per GPU (MFU convention)
+    hardware_flops_per_gpu: float  # executed FLOP/s per GPU, recompute included (HFU)
+    mfu: float
+    hfu: float
+    breakdown: tuple[tuple[str, float], ...]
+
+    def days(self, tokens: float) -> float:
+        return tokens / self.tokens_per_s / 86400.0
+
+
+def allreduce_time(nbytes: float, n: int, link: Link) -> float:
+    """Ring all-reduce of ``nbytes`` among ``n`` ranks: 2(n−1)/n of it over the link."""
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    steps = 2 * math.ceil(math.log2(n))
+    return 2.0 * (n - 1) / n * nbytes / link.effective_bw + steps * link.latency
+
+
+def p2p_time(nbytes: float, link: Link) -> float:
+    return nbytes / link.effective_bw + link.latency
+
+
+def dp_reduce_time(nbytes: float, plan: TrainPlan, hw: Hardware) -> float:
+    """Hierarchical all-reduce over the DP group: inside the node, then between nodes.
+
+    ``k`` DP ranks share a node; after the intra-node reduce-scatter each holds 1/k of the
+    buffer, and all the node's GPUs drive its NICs at once, so each gets 1/gpus_per_node of
+    the node's network bandwidth.
+    """
+    dp = plan.dp
+    if dp <= 1:
+        return 0.0
+    model_parallel = plan.tp * plan.pp
+    k = max(1, min(dp, hw.gpus_per_node // model_parallel))
+    nodes = math.ceil(dp / k)
+    intra = allreduce_time(nbytes, k, hw.group_link(k * model_parallel)) if k > 1 else 0.0
+    if nodes <= 1:
+        return intra
+    if hw.network is None:
+        raise ValueError("a multi-node plan needs a network")
+    share = min(hw.gpus_per_node, model_parallel * k)
+    per_gpu = Link(hw.network.name, hw.network.bw_one_way / share, hw.network.efficiency, hw.network.latency)
+    return intra + allreduce_time(nbytes / k, nodes, per_gpu)
+
+
+def pp_link(plan: TrainPlan, hw: Hardware) -> Link:
+    """Stage boundaries inside a node use the node's link; else the network share per GPU."""
+    if plan.tp * plan.pp <= hw.gpus_per_node or hw.network is None:
+        return hw.group_link(plan.tp * plan.pp)
+    share = hw.gpus_per_node
+    return Link(hw.network.name, hw.network.bw_one_way / share, hw.network.efficiency, hw.network.latency)
+
+
+def train_step(m: ModelSpec, hw: Hardware, plan: TrainPlan, eff: Efficiency) -> TrainResult:
+    """Predict one configuration. Raises ValueError for a precision the GPU lacks."""
+    dev = hw.device
+    peak = dev.peak(plan.precision)
+    if not peak:
+        raise ValueError(f"{dev.name} has no {plan.precision} tensor cores")
+    s = plan.seq_len or m.seq_len
+    tp, pp, b, mb = plan.tp, plan.pp, plan.micro_batch, plan.num_micro_batches
+    layers = math.ceil(m.layers / pp)
+    rate = peak * dev.efficiency(plan.precision)
+
+    memory = training_memory(m, plan, eff.reserved_memory)
+
+    hw_flops_token = shape.hardware_flops_per_token(m, plan.recompute, s)
+    model_flops_token = shape.model_flops_per_token(m, s)
+    tokens_mb = b * s
+    compute_mb = hw_flops_token * tokens_mb / (tp * pp) / rate
+
+    tp_mb = 0.0
+    if tp > 1:
+        n_allreduce = 4 + (2 if plan.recompute == "full" else 0)
+        buf = tokens_mb * m.hidden * ACT_BYTES
+        tp_mb = layers * n_allreduce * allreduce_time(buf, tp, hw.group_link(tp)) * (1.0 - eff.tp_overlap)
+
+    pp_mb = 0.0
+    if pp > 1:
+        buf = tokens_mb * m.hidden * ACT_BYTES / (tp if plan.sequence_parallel else 1)
+        pp_mb = 2.0 * p2p_time(buf, pp_link(plan, hw))
+
+    slots = mb + pp - 1
+    per_mb = compute_mb + tp_mb + pp_mb
+    compute = mb * compute_mb
+    bubble = (pp - 1) * per_mb
+
+    params_gpu = shape.param_count(m) / (tp * pp)
+    grad_bytes = params_gpu * GRAD_BYTES
+    dp_time = dp_reduce_time(grad_bytes, plan, hw)
+    if plan.zero >= 3 and plan.dp > 1:
+        # weights are all-gathered for the forward and again for the backward of every
+        # micro-batch (FSDP/ZeRO-3); each all-gather moves half an all-reduce's bytes
+        gather = dp_reduce_time(params_gpu * WEIGHT_BYTES, plan, hw) / 2.0
+        dp_time += 2.0 * mb * gather
+    backward = compute * 2.0 / 3.0
+    hidden = min(eff.dp_overlap * dp_time, backward)
+    dp_exposed = dp_time - hidden
+
+    opt_params = params_gpu / (plan.dp if plan.zero >= 1 else 1)
+    optimizer = opt_params * OPTIMIZER_BYTES_TOUCHED / (dev.mem_bw * eff.mem_bw)
+
+    step = slots * per_mb + dp_exposed + optimizer
+    tokens_step = plan.dp * mb * tokens_mb
+    tokens_per_s = tokens_step / step
+    gpus = plan.gpus
+    flops_gpu = model_flops_token * tokens_per_s / gpus
+    hw_flops_gpu = hw_flops_token * tokens_per_s / gpus
+    breakdown = (
+        ("compute", compute),
+        ("tp_comm", mb * tp_mb),
+        ("pp_comm", mb * pp_mb),
+        ("pp_bubble", bubble),
+        ("dp_comm_exposed", dp_exposed),
+        ("optimizer", optimizer),
+    )
+    return TrainResult(
+        fits=memory.total <= dev.memory,
+        memory=memory,
+        memory_capacity=dev.memory,
+        step_time=step,
+        tokens_per_step=tokens_step,
+        tokens_per_s=tokens_per_s,
+        flops_per_gpu=flops_gpu,
+        hardware_flops_per_gpu=hw_flops_gpu,
+        mfu=flops_gpu / peak,
+        hfu=hw_flops_gpu / peak,
+        breakdown=breakdown,
+    )

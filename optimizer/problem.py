@@ -1,0 +1,278 @@
+"""Stage 2: load and validate a problem file into a frozen ``Problem``.
+
+A problem names its model (a preset id, or the shape spelled out), the work (tokens), the
+objective (``min_cost`` under a deadline, or ``min_time`` under a budget), the site (power
+cap, whether it is a data centre), which GPUs are allowed, the plan search grid, and the
+solver options. Catalog entries are referred to by id; their numbers are never copied here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from optimizer.catalog import Catalog
+from optimizer.errors import ProblemError, suggest
+from optimizer.perf.specs import ModelSpec
+from optimizer.validation import read_yaml, validate
+
+SCHEMA_VERSION = 1
+_SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+
+
+def parse_quantity(value: float | int | str) -> float:
+    """Read 1e12, '1T', '500B', '2.5M' or '500k' as a number."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmbgt]?)\s*", str(value), re.IGNORECASE)
+    if not match:
+        raise ValueError(f"expected a number such as 1e12, '1T', '500B' or '250k', got {value!r}")
+    return float(match.group(1)) * _SUFFIX[match.group(2).lower()]
+
+
+Quantity = float | int | str
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class InlineModel(Strict):
+    name: str = "custom"
+    layers: int = Field(ge=1, le=1000)
+    hidden: int = Field(ge=1)
+    heads: int = Field(ge=1)
+    kv_heads: int | None = Field(default=None, ge=1)
+    ffn_hidden: int = Field(ge=1)
+    vocab: int = Field(ge=1)
+    seq_len: int = Field(ge=1)
+    mlp: Literal["gelu", "swiglu"]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> InlineModel:
+        if self.hidden % self.heads:
+            raise ValueError(f"hidden {self.hidden} is not divisible by heads {self.heads}")
+        if self.kv_heads and self.heads % self.kv_heads:
+            raise ValueError(f"heads {self.heads} is not divisible by kv_heads {self.kv_heads}")
+        return self
+
+    def spec(self) -> ModelSpec:
+        return ModelSpec(self.name, self.layers, self.hidden, self.heads, self.kv_heads or self.heads,
+                         self.ffn_hidden, self.vocab, self.seq_len, self.mlp)
+
+
+class GlobalBatch(Strict):
+    max_seqs: int | None = Field(default=None, ge=1)
+    min_seqs: int = Field(default=1, ge=1)
+    max_tokens: Quantity | None = None
+
+
+class Workload(Strict):
+    kind: Literal["train"] = "train"
+    model: str | InlineModel
+    tokens: Quantity
+    precision: Literal["bf16", "fp16", "fp8"] = "bf16"
+    seq_len: int | None = Field(default=None, ge=1)
+    global_batch: GlobalBatch = GlobalBatch(max_tokens="4M")
+
+    @field_validator("tokens")
+    @classmethod
+    def _tokens(cls, v: Quantity) -> Quantity:
+        if parse_quantity(v) <= 0:
+            raise ValueError("tokens must be positive")
+        return v
+
+
+class Budget(Strict):
+    usd: Quantity
+    covers: Literal["capex", "tco"] = "capex"
+
+
+class Site(Strict):
+    datacenter: bool = True
+    power_cap_kw: float | None = Field(default=None, gt=0)
+    electricity_usd_per_kwh: float | None = Field(default=None, gt=0, le=10)
+    pue: float | None = Field(default=None, ge=1.0, le=3.0)
+
+
+class HardwareChoice(Strict):
+    allow_gpus: tuple[str, ...] | None = None
+    exclude_gpus: tuple[str, ...] = ()
+    exclude_servers: tuple[str, ...] = ()
+    exclude_fabrics: tuple[str, ...] = ()
+    max_gpus: int = Field(default=4096, ge=1, le=1_000_000)
+
+
+class Cost(Strict):
+    horizon_years: float | None = Field(default=None, gt=0, le=20)
+
+
+class Search(Strict):
+    tp: tuple[int, ...] = (1, 2, 4, 8)
+    pp: tuple[int, ...] = (1, 2, 4, 8, 16)
+    micro_batch: tuple[int, ...] = (1, 2, 4, 8)
+    micro_batches_per_stage: tuple[int, ...] = (1, 2, 4, 8)
+    recompute: tuple[Literal["none", "selective", "full"], ...] = ("none", "selective", "full")
+    zero: tuple[int, ...] = (1, 3)
+
+    @field_validator("tp", "pp", "micro_batch", "micro_batches_per_stage", "zero")
+    @classmethod
+    def _positive(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if not v or any(x < 0 for x in v):
+            raise ValueError("must be a non-empty list of non-negative integers")
+        return tuple(sorted(set(v)))
+
+
+class SolverOptions(Strict):
+    backend: Literal["ortools", "pulp"] = "ortools"
+    time_limit_s: float = Field(default=60.0, gt=0, le=86_400)
+    mip_gap: float = Field(default=1e-6, ge=0, le=1)
+
+
+class ProblemFile(Strict):
+    schema_version: int
+    name: str
+    description: str = ""
+    workload: Workload
+    objective: Literal["min_cost", "min_time"]
+    deadline_days: float | None = Field(default=None, gt=0)
+    budget: Budget | None = None
+    site: Site = Site()
+    hardware: HardwareChoice = HardwareChoice()
+    cost: Cost = Cost()
+    search: Search = Search()
+    solver: SolverOptions = SolverOptions()
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A validated problem, in SI units and catalog ids."""
+
+    name: str
+    path: Path
+    description: str
+    model: ModelSpec
+    model_id: str
+    tokens: float
+    precision: str
+    seq_len: int
+    min_global_batch: int  # sequences per step
+    max_global_batch: int
+    objective: str  # min_cost | min_time
+    deadline_s: float | None
+    budget_usd: float | None
+    budget_covers: str
+    datacenter: bool
+    power_cap_w: float | None
+    electricity_usd_per_kwh: float
+    pue: float
+    horizon_years: float
+    load_factor: float
+    gpus: tuple[str, ...]  # allowed after allow/exclude lists (licence is applied in plans)
+    exclude_servers: tuple[str, ...]
+    exclude_fabrics: tuple[str, ...]
+    max_gpus: int
+    search: Search
+    solver: SolverOptions
+
+
+def _check_ids(path: Path, field: str, ids: tuple[str, ...], table: dict) -> None:
+    for ident in ids:
+        if ident not in table:
+            raise ProblemError(f"{path}: field '{field}': unknown id '{ident}'.{suggest(ident, table)}"
+                               f" To fix: use one of {', '.join(sorted(table))}.")
+
+
+def resolve_model(ref: str | InlineModel, catalog: Catalog, path: Path, field: str = "workload.model") -> ModelSpec:
+    """A preset id, a YAML file with the shape keys, or an inline shape → ModelSpec."""
+    if isinstance(ref, InlineModel):
+        return ref.spec()
+    if ref in catalog.models:
+        return catalog.models[ref].spec()
+    file = Path(ref) if Path(ref).is_absolute() else path.parent / ref
+    if ref.endswith((".yaml", ".yml")) and file.exists():
+        data = read_yaml(file, ProblemError)
+        return validate(InlineModel, data, file, ProblemError).spec()
+    raise ProblemError(f"{path}: field '{field}': unknown model '{ref}'.{suggest(ref, catalog.models)}"
+                       f" To fix: use a preset ({', '.join(sorted(catalog.models))}), a path to a YAML"
+                       " file with the shape keys, or spell the shape out (layers, hidden, heads,"
+                       " kv_heads, ffn_hidden, vocab, seq_len, mlp).")
+
+
+def load_problem(path: Path | str, catalog: Catalog) -> Problem:
+    """Read and validate a problem file against ``catalog``."""
+    path = Path(path)
+    data = read_yaml(path, ProblemError)
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise ProblemError(f"{path}: schema_version is {data.get('schema_version')!r}; this gpuopt reads "
+                           f"{SCHEMA_VERSION}. To fix: add 'schema_version: 1' at the top.")
+    spec: ProblemFile = validate(ProblemFile, data, path, ProblemError)
+    w = spec.workload
+    model = resolve_model(w.model, catalog, path)
+    seq_len = w.seq_len or model.seq_len
+    tokens = parse_quantity(w.tokens)
+
+    if spec.objective == "min_cost" and spec.deadline_days is None:
+        raise ProblemError(f"{path}: objective min_cost needs 'deadline_days'. To fix: add deadline_days: 30,"
+                           " or use objective: min_time with a budget.")
+    if spec.objective == "min_time" and spec.budget is None and spec.site.power_cap_kw is None:
+        raise ProblemError(f"{path}: objective min_time needs a 'budget' (or at least a power cap), or the "
+                           "fastest cluster is unbounded. To fix: add budget: {usd: 500000}.")
+    budget = parse_quantity(spec.budget.usd) if spec.budget else None
+    if budget is not None and budget <= 0:
+        raise ProblemError(f"{path}: field 'budget.usd': must be positive (got {spec.budget.usd!r}).")
+
+    gb = w.global_batch
+    max_seqs = gb.max_seqs
+    if max_seqs is None:
+        max_tokens = parse_quantity(gb.max_tokens) if gb.max_tokens is not None else 4e6
+        max_seqs = max(1, int(max_tokens // seq_len))
+    if gb.min_seqs > max_seqs:
+        raise ProblemError(f"{path}: field 'workload.global_batch': min_seqs {gb.min_seqs} exceeds max_seqs "
+                           f"{max_seqs}. To fix: lower min_seqs or raise max_seqs.")
+
+    hw = spec.hardware
+    _check_ids(path, "hardware.allow_gpus", hw.allow_gpus or (), catalog.gpus)
+    _check_ids(path, "hardware.exclude_gpus", hw.exclude_gpus, catalog.gpus)
+    _check_ids(path, "hardware.exclude_servers", hw.exclude_servers, catalog.servers)
+    _check_ids(path, "hardware.exclude_fabrics", hw.exclude_fabrics, catalog.fabrics)
+    allowed = hw.allow_gpus if hw.allow_gpus is not None else tuple(catalog.gpus)
+    gpus = tuple(g for g in allowed if g not in hw.exclude_gpus)
+    if not gpus:
+        raise ProblemError(f"{path}: field 'hardware': the allow and exclude lists leave no GPU. "
+                           "To fix: allow at least one GPU.")
+
+    fac = catalog.facility
+    pue = spec.site.pue or (fac.pue.datacenter.value if spec.site.datacenter else fac.pue.other.value)
+    return Problem(
+        name=spec.name,
+        path=path,
+        description=spec.description,
+        model=model,
+        model_id=w.model if isinstance(w.model, str) else model.name,
+        tokens=tokens,
+        precision=w.precision,
+        seq_len=seq_len,
+        min_global_batch=gb.min_seqs,
+        max_global_batch=max_seqs,
+        objective=spec.objective,
+        deadline_s=spec.deadline_days * 86400.0 if spec.deadline_days else None,
+        budget_usd=budget,
+        budget_covers=spec.budget.covers if spec.budget else "capex",
+        datacenter=spec.site.datacenter,
+        power_cap_w=spec.site.power_cap_kw * 1e3 if spec.site.power_cap_kw else None,
+        electricity_usd_per_kwh=spec.site.electricity_usd_per_kwh or fac.electricity_usd_per_kwh.value,
+        pue=pue,
+        horizon_years=spec.cost.horizon_years or fac.amortisation_years.value,
+        load_factor=fac.load_factor.value,
+        gpus=gpus,
+        exclude_servers=hw.exclude_servers,
+        exclude_fabrics=hw.exclude_fabrics,
+        max_gpus=hw.max_gpus,
+        search=spec.search,
+        solver=spec.solver,
+    )
