@@ -34,8 +34,11 @@ Objective
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import math
+import os
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +46,8 @@ from optimizer.errors import SolverError
 from optimizer.plans import Candidate, Group, PlanTable
 
 BACKENDS = ("ortools", "pulp")
+ORTOOLS_ENGINE = "HIGHS"  # OR-Tools' linear-solver wrapper around HiGHS; "SCIP" also works, but
+# on the shipped problems its tie-breaking pass ran 5-15x slower (benchmarks/solve_times.py)
 
 
 class Status(enum.Enum):
@@ -141,6 +146,26 @@ def _bounds(table: PlanTable) -> dict[str, tuple[int, int]]:
     return out
 
 
+@contextlib.contextmanager
+def _quiet_stdout():
+    """HiGHS prints a banner from C++ straight to file descriptor 1, past SuppressOutput();
+    park fd 1 on /dev/null while it solves so `--format json` stays clean."""
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError):  # no real fd 1 (e.g. captured by a test runner)
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
+
+
 class _Model:
     """The few modelling calls both backends need, so the formulation is written once."""
 
@@ -150,9 +175,11 @@ class _Model:
             from ortools.linear_solver import pywraplp
 
             self._pywraplp = pywraplp
-            self.m = pywraplp.Solver.CreateSolver("SCIP")
+            self.m = pywraplp.Solver.CreateSolver(ORTOOLS_ENGINE)
             if self.m is None:
-                raise SolverError("OR-Tools was built without SCIP. To fix: pip install --force-reinstall ortools.")
+                raise SolverError(f"OR-Tools was built without {ORTOOLS_ENGINE}. "
+                                  "To fix: pip install --force-reinstall ortools.")
+            self.m.SuppressOutput()
         elif backend == "pulp":
             import pulp
 
@@ -197,7 +224,8 @@ class _Model:
             self.m.SetTimeLimit(int(max(1.0, time_limit_s) * 1000))
             params = self._pywraplp.MPSolverParameters()
             params.SetDoubleParam(params.RELATIVE_MIP_GAP, mip_gap)
-            code = self.m.Solve(params)
+            with _quiet_stdout():
+                code = self.m.Solve(params)
             S = self._pywraplp.Solver
             if code == S.OPTIMAL:
                 status = Status.OPTIMAL
@@ -208,7 +236,7 @@ class _Model:
             elif code == S.NOT_SOLVED:
                 return Status.NO_SOLUTION, None, None
             else:
-                raise SolverError(f"SCIP stopped with result code {code} (unbounded or abnormal).")
+                raise SolverError(f"{ORTOOLS_ENGINE} stopped with result code {code} (unbounded or abnormal).")
             return status, self.m.Objective().Value(), self.m.Objective().BestBound()
         pulp = self._pulp
         solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, int(math.ceil(time_limit_s))),
@@ -308,6 +336,12 @@ def solve(table: PlanTable, targets: Targets, backend: str = "ortools", time_lim
     if status in (Status.INFEASIBLE, Status.NO_SOLUTION):
         return _empty(status, backend, start, model)
     gap = _gap(objective, bound) if bound is not None else (mip_gap if status == Status.OPTIMAL else None)
+    tables = {"x": x, "dp": dp, "G": G, "S": S, "L": L, "K": K}
+
+    def snapshot() -> dict[tuple[str, str], float]:
+        return {(name, k): model.value(v) for name, t in tables.items() for k, v in t.items()}
+
+    values = snapshot()
     if tie_break and objective is not None:
         remaining = max(1.0, time_limit_s - (time.perf_counter() - start))
         slack = 1e-7 * max(1.0, abs(objective))
@@ -317,16 +351,16 @@ def solve(table: PlanTable, targets: Targets, backend: str = "ortools", time_lim
             model.add(tco <= objective + slack, "tie_break_cost")
         model.set_objective(tco if maximize else throughput, not maximize)
         second, _, _ = model.solve(remaining, mip_gap)
-        if second not in (Status.OPTIMAL, Status.FEASIBLE):
-            raise SolverError("the tie-breaking pass lost the solution it was given")
-    chosen = [c for c in table.candidates if model.value(x[c.key]) > 0.5]
+        if second == Status.OPTIMAL:  # a pass stopped by the clock is discarded: keeps output deterministic
+            values = snapshot()
+    chosen = [c for c in table.candidates if values["x", c.key] > 0.5]
     if len(chosen) != 1:
         raise SolverError(f"the solver selected {len(chosen)} plans; expected exactly one")
     c = chosen[0]
     h = c.group
-    counts = GroupCount(h, round(model.value(G[h])), round(model.value(S[h])),
-                        round(model.value(L[h])) if h in L else 0, round(model.value(K[h])) if h in K else 0)
-    dp_value = round(model.value(dp[c.key]))
+    counts = GroupCount(h, round(values["G", h]), round(values["S", h]), round(values.get(("L", h), 0.0)),
+                        round(values.get(("K", h), 0.0)))
+    dp_value = round(values["dp", c.key])
     cap, watts = group_costs(table.groups[h], counts.gpus, counts.servers, counts.leaf_switches,
                              counts.spine_switches)
     return MilpSolution(status, backend, objective, bound, gap, c, dp_value, counts,

@@ -147,8 +147,7 @@ def _dp_bands(lo: int, hi: int, per_node: int, multi_node: bool) -> list[tuple[i
 
 def enumerate_plans(problem: Problem, catalog: Catalog) -> PlanTable:
     """Every template that fits, with drop reasons for the rest, dominated ones pruned."""
-    m, s = problem.model, problem.seq_len
-    search, eff = problem.search, catalog.efficiency
+    eff = catalog.efficiency
     candidates: list[Candidate] = []
     groups: dict[str, Group] = {}
     dropped: Counter = Counter()

@@ -1,0 +1,269 @@
+"""The ``gpuopt`` command: thin click commands over the stages.
+
+This is the only place exceptions become messages and exit codes:
+0 success, 1 infeasible, 2 bad input (and solver failures).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from optimizer.catalog import Catalog, load_catalog
+from optimizer.errors import CatalogError, GpuoptError, InfeasibleError, ProblemError, suggest
+from optimizer.perf.specs import TrainPlan
+from optimizer.perf.train import train_step
+
+EXIT_INFEASIBLE = 1
+EXIT_BAD_INPUT = 2
+
+
+def handle_errors(fn):
+    """Turn gpuopt's exceptions into a message on stderr and the documented exit code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except InfeasibleError as exc:
+            click.echo(f"infeasible: {exc}", err=True)
+            sys.exit(EXIT_INFEASIBLE)
+        except GpuoptError as exc:
+            kind = {CatalogError: "catalog error", ProblemError: "problem error"}.get(type(exc), "error")
+            click.echo(f"{kind}: {exc}", err=True)
+            sys.exit(EXIT_BAD_INPUT)
+
+    return wrapper
+
+
+catalog_option = click.option("--catalog", "catalog_dir", type=click.Path(file_okay=False, path_type=Path),
+                              default=None, help="Catalog folder (default: the catalogs/ shipped with gpuopt).")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="gpuopt")
+def main() -> None:
+    """gpuopt: which GPU cluster to buy for your AI work, proven optimal.
+
+    \b
+    Examples:
+      gpuopt solve problems/lab_budget.yaml
+      gpuopt solve problems/llama2_70b_pretrain.yaml --format json --bom bom.xlsx
+      gpuopt estimate train --model llama2-7b --gpu a100-sxm-80gb --gpus 8 --tp 1 --pp 1
+      gpuopt catalog list
+    """
+
+
+@main.command()
+@click.argument("problem_file", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
+@click.option("--bom", "bom_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the bill of materials; .csv, .xlsx, .json or .md by extension.")
+@click.option("--solver", type=click.Choice(["ortools", "pulp"]), default=None,
+              help="MIP backend (default: the problem's solver.backend, else ortools).")
+@click.option("--time-limit", type=click.FloatRange(min=1), default=None, help="Seconds per MIP solve.")
+@catalog_option
+@handle_errors
+def solve(problem_file: Path, fmt: str, bom_file: Path | None, solver: str | None, time_limit: float | None,
+          catalog_dir: Path | None) -> None:
+    """Find the optimal cluster for PROBLEM_FILE and print it.
+
+    \b
+    Example:
+      gpuopt solve problems/lab_budget.yaml --format markdown --bom bom.csv
+    """
+    from optimizer.problem import load_problem
+    from optimizer.recommend import recommend
+    from optimizer.report import render, summary, write_bom
+
+    if bom_file is not None and bom_file.suffix.lower() not in (".csv", ".xlsx", ".json", ".md"):
+        raise ProblemError(f"--bom {bom_file}: unknown extension '{bom_file.suffix}'. "
+                           "To fix: use .csv, .xlsx, .json or .md.")
+    catalog = load_catalog(catalog_dir)
+    problem = load_problem(problem_file, catalog)
+    rec = recommend(problem, catalog, solver, time_limit)
+    result = summary(rec, catalog)
+    click.echo(render(result, fmt), nl=False)
+    if bom_file is not None:
+        write_bom(result["bom"], bom_file)
+        click.echo(f"bill of materials written to {bom_file}", err=True)
+
+
+@main.group()
+def estimate() -> None:
+    """Predict one fixed configuration with the performance model."""
+
+
+@estimate.command("train")
+@click.option("--model", "model_ref", required=True, help="Preset id (llama2-7b, …) or a YAML file with the shape.")
+@click.option("--gpu", "gpu_id", required=True, help="GPU id from the catalog (gpuopt catalog list).")
+@click.option("--gpus", type=click.IntRange(min=1), required=True, help="Total GPUs (TP × PP × DP).")
+@click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--pp", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--micro-batch", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--global-batch", type=click.IntRange(min=1), default=None,
+              help="Sequences per step (default: 4M tokens' worth).")
+@click.option("--seq-len", type=click.IntRange(min=1), default=None, help="Default: the model's.")
+@click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="selective", show_default=True)
+@click.option("--sequence-parallel", is_flag=True, help="Shard LayerNorm/dropout activations over TP.")
+@click.option("--zero", type=click.IntRange(0, 3), default=1, show_default=True)
+@click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True)
+@click.option("--server", "server_id", default=None, help="Server id (default: the first that takes the GPU).")
+@click.option("--fabric", "fabric_id", default=None, help="Fabric id between servers (default: the server's first).")
+@click.option("--tokens", default=None, help="Training tokens, e.g. 1T or 2e12, to print days.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@catalog_option
+@handle_errors
+def estimate_train(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, micro_batch: int,
+                   global_batch: int | None, seq_len: int | None, recompute: str, sequence_parallel: bool,
+                   zero: int, precision: str, server_id: str | None, fabric_id: str | None, tokens: str | None,
+                   fmt: str, catalog_dir: Path | None) -> None:
+    """Memory, step time, tokens/s, TFLOP/s per GPU, MFU and days for one configuration.
+
+    \b
+    Example:
+      gpuopt estimate train --model llama2-70b --gpu h100-sxm --gpus 1024 --tp 8 --pp 4 --tokens 2T
+    """
+    from optimizer.problem import parse_quantity, resolve_model
+
+    catalog = load_catalog(catalog_dir)
+    model = resolve_model(model_ref, catalog, Path.cwd() / "command-line", "--model")
+    if gpu_id not in catalog.gpus:
+        raise ProblemError(f"--gpu: unknown GPU '{gpu_id}'.{suggest(gpu_id, catalog.gpus)}"
+                           f" Known: {', '.join(sorted(catalog.gpus))}.")
+    if gpus % (tp * pp):
+        raise ProblemError(f"--gpus {gpus} is not a multiple of TP {tp} × PP {pp} = {tp * pp}. "
+                           f"To fix: use --gpus {max(1, gpus // (tp * pp)) * tp * pp}.")
+    dp = gpus // (tp * pp)
+    s = seq_len or model.seq_len
+    gb = global_batch or max(1, int(4e6 // s))
+    if gb % (dp * micro_batch):
+        raise ProblemError(f"--global-batch {gb} is not a multiple of DP {dp} × micro-batch {micro_batch}. "
+                           f"To fix: use --global-batch {max(1, gb // (dp * micro_batch)) * dp * micro_batch}.")
+    server = _pick(catalog, "servers", server_id, [sv.id for sv in catalog.servers_for(gpu_id)], f"takes {gpu_id}")
+    srv = catalog.servers[server]
+    if tp > srv.slots:
+        raise ProblemError(f"--tp {tp} exceeds the {srv.slots} GPUs of one {server}. "
+                           "To fix: keep TP within a server.")
+    fabric = None
+    if gpus > srv.slots:
+        fabric = _pick(catalog, "fabrics", fabric_id, list(srv.fabrics), f"fits {server}")
+    if m_heads_bad := (model.heads % tp):
+        raise ProblemError(f"--tp {tp} does not divide the model's {model.heads} heads (remainder {m_heads_bad}).")
+    plan = TrainPlan(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, num_micro_batches=gb // (dp * micro_batch),
+                     recompute=recompute, sequence_parallel=sequence_parallel, zero=zero, precision=precision,
+                     seq_len=s)
+    hw = catalog.hardware(gpu_id, server, fabric)
+    try:
+        result = train_step(model, hw, plan, catalog.efficiency)
+    except ValueError as exc:
+        raise ProblemError(f"--precision {precision}: {exc}.") from None
+    out = {
+        "model": model.name, "gpu": gpu_id, "server": server, "fabric": fabric, "gpus": gpus,
+        "plan": plan.describe(), "fits": result.fits,
+        "memory_gb_per_gpu": result.memory.total / 1e9, "memory_capacity_gb": result.memory_capacity / 1e9,
+        "memory_breakdown_gb": {k: v / 1e9 for k, v in result.memory.breakdown().items()},
+        "step_time_s": result.step_time, "step_breakdown_s": dict(result.breakdown),
+        "tokens_per_step": result.tokens_per_step, "tokens_per_s": result.tokens_per_s,
+        "tflops_per_gpu": result.flops_per_gpu / 1e12, "mfu": result.mfu, "hfu": result.hfu,
+        "days": result.days(parse_quantity(tokens)) if tokens else None,
+    }
+    if fmt == "json":
+        click.echo(json.dumps(out, indent=2, sort_keys=True))
+        return
+    click.echo(f"{model.name} on {gpus} x {gpu_id} ({server}{', ' + fabric if fabric else ''}): {plan.describe()}")
+    verdict = "fits" if result.fits else "DOES NOT FIT"
+    click.echo(f"memory per GPU {out['memory_gb_per_gpu']:,.1f} of {out['memory_capacity_gb']:,.0f} GB ({verdict}): "
+               + ", ".join(f"{k} {v:,.1f}" for k, v in out["memory_breakdown_gb"].items()))
+    click.echo(f"step {result.step_time:,.3f} s: " + ", ".join(f"{k} {v:,.3f}" for k, v in result.breakdown if v))
+    click.echo(f"{result.tokens_per_s:,.0f} tokens/s, {out['tflops_per_gpu']:,.1f} TFLOP/s per GPU, "
+               f"MFU {result.mfu:.1%} (HFU {result.hfu:.1%})")
+    if out["days"] is not None:
+        click.echo(f"{out['days']:,.1f} days for {parse_quantity(tokens):.3g} tokens")
+
+
+def _pick(catalog: Catalog, kind: str, wanted: str | None, allowed: list[str], why: str) -> str:
+    if not allowed:
+        raise ProblemError(f"no {kind[:-1]} in the catalog {why}.")
+    if wanted is None:
+        return allowed[0]
+    if wanted not in allowed:
+        raise ProblemError(f"--{kind[:-1]} '{wanted}' is not one that {why}.{suggest(wanted, allowed)}"
+                           f" Choose from: {', '.join(allowed)}.")
+    return wanted
+
+
+@main.group()
+def catalog() -> None:
+    """List, show and validate the hardware catalogs."""
+
+
+KINDS = ("gpus", "servers", "fabrics", "nics", "switches", "links", "models")
+
+
+@catalog.command("list")
+@click.option("--kind", type=click.Choice(KINDS), default="gpus", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@catalog_option
+@handle_errors
+def catalog_list(kind: str, fmt: str, catalog_dir: Path | None) -> None:
+    """List catalog entries (GPUs by default)."""
+    cat = load_catalog(catalog_dir)
+    table = getattr(cat, kind)
+    if fmt == "json":
+        click.echo(json.dumps([e.model_dump(mode="json") for e in table.values()], indent=2))
+        return
+    if kind == "gpus":
+        click.echo(f"{'id':<16} {'memory':>7} {'bw GB/s':>8} {'bf16':>7} {'fp8':>7} {'TDP W':>6} {'price':>9}  "
+                   "dc-licence  link")
+        for g in table.values():
+            bf16 = g.bf16_tflops or g.fp16_tflops or 0
+            click.echo(f"{g.id:<16} {g.memory_gb:>5g}GB {g.mem_bw_gbs:>8g} {bf16:>7g} {g.fp8_tflops or 0:>7g} "
+                       f"{g.tdp_w:>6g} {g.price.usd:>9,.0f}  {'yes' if g.datacenter_license else 'no':<10}  "
+                       f"{g.link} {g.link_bw_gbs:g} GB/s")
+        click.echo(f"(dense TFLOPS; prices as of {cat.prices_as_of}; see 'gpuopt catalog show ID' for sources)")
+    else:
+        for ident, e in table.items():
+            click.echo(f"{ident:<18} {getattr(e, 'name', '')}")
+
+
+@catalog.command("show")
+@click.argument("ident")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@catalog_option
+@handle_errors
+def catalog_show(ident: str, fmt: str, catalog_dir: Path | None) -> None:
+    """Show every field of one entry, with its sources."""
+    cat = load_catalog(catalog_dir)
+    for kind in KINDS:
+        table = getattr(cat, kind)
+        if ident in table:
+            data = table[ident].model_dump(mode="json")
+            if fmt == "json":
+                click.echo(json.dumps(data, indent=2))
+            else:
+                click.echo(f"{kind[:-1]} {ident}")
+                for k, v in data.items():
+                    click.echo(f"  {k}: {v}")
+            return
+    everything = [i for k in KINDS for i in getattr(cat, k)]
+    raise CatalogError(f"no catalog entry '{ident}'.{suggest(ident, everything)} "
+                       "To fix: see 'gpuopt catalog list --kind …'.")
+
+
+@catalog.command("validate")
+@catalog_option
+@handle_errors
+def catalog_validate(catalog_dir: Path | None) -> None:
+    """Load every catalog file and check every field and cross-reference."""
+    cat = load_catalog(catalog_dir)
+    assumed = [g.id for g in cat.gpus.values() if g.price.assumption]
+    click.echo(f"catalog at {cat.root} is valid: {len(cat.gpus)} GPUs, {len(cat.servers)} servers, "
+               f"{len(cat.fabrics)} fabrics, {len(cat.models)} model presets.")
+    if assumed:
+        click.echo(f"GPU prices that are assumptions (get a quote): {', '.join(assumed)}")

@@ -1,0 +1,137 @@
+"""Problem → plans → MIP → a checked recommendation, or an explanation of infeasibility.
+
+After every solve the chosen plan is re-checked by the performance model at the dp the
+solver chose, and its hardware is re-priced from the catalog, independently of the solver.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from optimizer.catalog import Catalog
+from optimizer.errors import InfeasibleError, SolverError
+from optimizer.milp import MilpSolution, Status, Targets, group_costs, purchase, solve
+from optimizer.perf.train import TrainResult, train_step
+from optimizer.plans import PlanTable, enumerate_plans
+from optimizer.problem import Problem
+
+HOURS_PER_YEAR = 8766.0
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    problem: Problem
+    table: PlanTable
+    solution: MilpSolution
+    perf: TrainResult  # the re-check at the chosen dp
+    checks: tuple[str, ...]
+
+    @property
+    def days(self) -> float:
+        return self.problem.tokens / self.perf.tokens_per_s / 86400.0
+
+
+def opex_per_watt(problem: Problem) -> float:
+    """USD of electricity over the horizon per watt of IT load (load factor × PUE × hours × price)."""
+    return (problem.load_factor * problem.pue * problem.horizon_years * HOURS_PER_YEAR
+            * problem.electricity_usd_per_kwh / 1000.0)
+
+
+def targets_of(problem: Problem) -> Targets:
+    return Targets(problem.objective, problem.tokens, problem.deadline_s, problem.budget_usd,
+                   problem.budget_covers, problem.power_cap_w, opex_per_watt(problem))
+
+
+def verify(problem: Problem, catalog: Catalog, table: PlanTable,
+           sol: MilpSolution) -> tuple[TrainResult, tuple[str, ...]]:
+    """Re-check the solver's answer without the solver; raise SolverError if it does not hold."""
+    if sol.candidate is None or sol.counts is None:
+        raise SolverError("verify() needs a solution with a chosen plan")
+    c = sol.candidate
+    group = table.groups[c.group]
+    hw = catalog.hardware(group.gpu, group.server, group.fabric)
+    result = train_step(problem.model, hw, replace(c.plan, dp=sol.dp), catalog.efficiency)
+    checks, problems = [], []
+    gb = c.plan.micro_batch * c.plan.num_micro_batches * sol.dp
+    (checks if result.fits else problems).append(
+        f"memory {result.memory.total / 1e9:,.1f} GB per GPU ≤ {result.memory_capacity / 1e9:,.0f} GB")
+    ok = result.tokens_per_s >= sol.tokens_per_s * (1 - 1e-9)
+    (checks if ok else problems).append(
+        f"throughput at dp={sol.dp}: {result.tokens_per_s:,.0f} tokens/s ≥ the solver's {sol.tokens_per_s:,.0f}")
+    ok = problem.min_global_batch <= gb <= problem.max_global_batch
+    (checks if ok else problems).append(
+        f"global batch {gb} sequences within [{problem.min_global_batch}, {problem.max_global_batch}]")
+    need = purchase(group, c.gpus_per_replica * sol.dp)
+    capex, power = group_costs(group, need.gpus, need.servers, need.leaf_switches, need.spine_switches)
+    ok = abs(capex - sol.capex) <= 1e-6 * max(1.0, capex) and abs(power - sol.power_w) <= 1e-6 * max(1.0, power)
+    (checks if ok else problems).append(
+        f"hardware re-priced from the catalog: ${capex:,.0f} capex, {power / 1e3:,.2f} kW (solver ${sol.capex:,.0f})")
+    if problem.deadline_s is not None:
+        days = problem.tokens / result.tokens_per_s / 86400
+        ok = days <= problem.deadline_s / 86400 * (1 + 1e-9)
+        (checks if ok else problems).append(f"{days:,.1f} days ≤ deadline {problem.deadline_s / 86400:,.1f} days")
+    if problem.power_cap_w is not None:
+        ok = sol.power_w <= problem.power_cap_w * (1 + 1e-9)
+        (checks if ok else problems).append(
+            f"IT power {sol.power_w / 1e3:,.2f} kW ≤ cap {problem.power_cap_w / 1e3:,.1f} kW")
+    if problem.budget_usd is not None:
+        spend = sol.capex + (sol.opex if problem.budget_covers == "tco" else 0.0)
+        ok = spend <= problem.budget_usd * (1 + 1e-9)
+        (checks if ok else problems).append(
+            f"{problem.budget_covers} ${spend:,.0f} ≤ budget ${problem.budget_usd:,.0f}")
+    if problems:
+        raise SolverError("the solver's answer failed the independent re-check: " + "; ".join(problems))
+    return result, tuple(checks)
+
+
+def recommend(problem: Problem, catalog: Catalog, backend: str | None = None,
+              time_limit_s: float | None = None, table: PlanTable | None = None) -> Recommendation:
+    """Solve ``problem``; raise InfeasibleError with what would make it feasible."""
+    table = table or enumerate_plans(problem, catalog)
+    backend = backend or problem.solver.backend
+    limit = time_limit_s or problem.solver.time_limit_s
+    if not table.candidates:
+        reasons = [f"{gpu}: {why}" for gpu, why in sorted(table.gpu_reasons.items())]
+        raise InfeasibleError(f"no GPU in the catalog can run {problem.model_id} under this problem's limits:",
+                              reasons)
+    targets = targets_of(problem)
+    sol = solve(table, targets, backend, limit, problem.solver.mip_gap)
+    if sol.status == Status.NO_SOLUTION:
+        raise SolverError(f"no solution found within {limit:g} s. To fix: raise solver.time_limit_s.")
+    if sol.status == Status.INFEASIBLE:
+        raise InfeasibleError(f"no cluster meets every target of '{problem.name}'.",
+                              feasibility_hints(problem, table, targets, backend, limit))
+    perf, checks = verify(problem, catalog, table, sol)
+    return Recommendation(problem, table, sol, perf, checks)
+
+
+def feasibility_hints(problem: Problem, table: PlanTable, targets: Targets, backend: str,
+                      limit: float) -> list[str]:
+    """What single relaxation makes the problem feasible, each priced by a re-solve."""
+    hints = []
+    days = f"{problem.deadline_s / 86400:,.1f}" if problem.deadline_s else None
+    if targets.budget_usd is not None:
+        relaxed = replace(targets, budget_usd=None, objective="min_cost")
+        s = solve(table, relaxed, backend, limit, problem.solver.mip_gap, tie_break=False)
+        if s.status in (Status.OPTIMAL, Status.FEASIBLE):
+            spend = s.capex + (s.opex if targets.budget_covers == "tco" else 0.0)
+            hints.append(f"budget: the cheapest cluster that meets the other targets costs ${spend:,.0f} "
+                         f"({targets.budget_covers}); the budget is ${targets.budget_usd:,.0f} "
+                         f"(+${spend - targets.budget_usd:,.0f})")
+    if targets.power_cap_w is not None:
+        relaxed = replace(targets, power_cap_w=None, objective="min_cost")
+        s = solve(table, relaxed, backend, limit, problem.solver.mip_gap, tie_break=False)
+        if s.status in (Status.OPTIMAL, Status.FEASIBLE):
+            hints.append(f"power: a cluster that meets the other targets draws {s.power_w / 1e3:,.1f} kW; "
+                         f"the cap is {targets.power_cap_w / 1e3:,.1f} kW")
+    if targets.deadline_s is not None:
+        relaxed = replace(targets, deadline_s=None, objective="min_time")
+        s = solve(table, relaxed, backend, limit, problem.solver.mip_gap, tie_break=False)
+        if s.status in (Status.OPTIMAL, Status.FEASIBLE) and s.tokens_per_s > 0:
+            best = problem.tokens / s.tokens_per_s / 86400
+            hints.append(f"deadline: the fastest cluster within the other limits takes {best:,.1f} days; "
+                         f"the deadline is {days} days")
+    if not hints:
+        hints.append("no single relaxation of budget, power or deadline helps: allow more GPUs "
+                     "(hardware.max_gpus), a larger global batch, or more GPU types")
+    return hints

@@ -1,0 +1,231 @@
+"""Stage 6: a recommendation as a summary, a bill of materials, text, Markdown or JSON.
+
+Every figure printed comes from the re-checked plan and the catalog; prices carry their
+source and date, and those no source gives are flagged as assumptions.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from optimizer.catalog import Catalog, Price
+from optimizer.errors import ProblemError
+from optimizer.recommend import HOURS_PER_YEAR, Recommendation
+
+BOM_COLUMNS = ("category", "sku", "description", "quantity", "unit_price_usd", "extended_price_usd",
+               "unit_power_w", "power_w", "source")
+
+
+@dataclass(frozen=True)
+class BomRow:
+    category: str
+    sku: str
+    description: str
+    quantity: int
+    unit_price_usd: float
+    unit_power_w: float
+    source: str
+
+    @property
+    def extended_price_usd(self) -> float:
+        return self.quantity * self.unit_price_usd
+
+    @property
+    def power_w(self) -> float:
+        return self.quantity * self.unit_power_w
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in BOM_COLUMNS}
+
+
+def _src(price: Price) -> str:
+    flag = "ASSUMPTION: " if price.assumption else ""
+    return f"{flag}{price.source} [{price.date}]"
+
+
+def bill_of_materials(rec: Recommendation, catalog: Catalog) -> list[BomRow]:
+    sol = rec.solution
+    assert sol.counts is not None and sol.candidate is not None
+    g = rec.table.groups[sol.candidate.group]
+    gpu, server = catalog.gpus[g.gpu], catalog.servers[g.server]
+    rows = [
+        BomRow("gpu", gpu.id, gpu.name, sol.counts.gpus, gpu.price.usd, gpu.tdp_w, _src(gpu.price)),
+        BomRow("server", server.id, server.name + " (platform, without GPUs)", sol.counts.servers,
+               server.price.usd, server.base_power_w, _src(server.price)),
+    ]
+    if g.fabric is not None:
+        fabric = catalog.fabrics[g.fabric]
+        switch = catalog.switches[fabric.switch]
+        if fabric.nic is not None:
+            nic = catalog.nics[fabric.nic]
+            rows.append(BomRow("nic", nic.id, nic.name, sol.counts.servers * fabric.nics_per_server,
+                               nic.price.usd, nic.power_w, _src(nic.price)))
+        switches = sol.counts.leaf_switches + sol.counts.spine_switches
+        tier = "leaf" if sol.counts.spine_switches == 0 else f"{sol.counts.leaf_switches} leaf + " \
+                                                             f"{sol.counts.spine_switches} spine"
+        rows.append(BomRow("switch", switch.id, f"{switch.name} ({tier})", switches, switch.price.usd,
+                           switch.power_w, _src(switch.price)))
+    return rows
+
+
+def summary(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
+    """Everything the report shows, JSON-ready (keys: status, objective, gap, plan, cost, bom, …)."""
+    p, sol, perf = rec.problem, rec.solution, rec.perf
+    assert sol.candidate is not None and sol.counts is not None
+    c = sol.candidate
+    g = rec.table.groups[c.group]
+    plan = c.plan
+    bom = bill_of_materials(rec, catalog)
+    capex = sum(r.extended_price_usd for r in bom)
+    it_power = sum(r.power_w for r in bom)
+    energy_year = it_power / 1e3 * p.load_factor * p.pue * HOURS_PER_YEAR * p.electricity_usd_per_kwh
+    return {
+        "problem": {"name": p.name, "file": str(p.path), "objective": p.objective, "model": p.model_id,
+                    "tokens": p.tokens, "deadline_days": p.deadline_s / 86400 if p.deadline_s else None,
+                    "budget_usd": p.budget_usd, "budget_covers": p.budget_covers,
+                    "power_cap_kw": p.power_cap_w / 1e3 if p.power_cap_w else None, "datacenter": p.datacenter},
+        "status": sol.status.value,
+        "objective": {"sense": "maximise tokens/s" if p.objective == "min_time" else "minimise TCO (USD)",
+                      "value": sol.objective},
+        "gap": sol.gap,
+        "plan": {
+            "gpu": g.gpu, "gpus": sol.counts.gpus, "gpus_used": plan.tp * plan.pp * sol.dp,
+            "server": g.server, "servers": sol.counts.servers, "fabric": g.fabric,
+            "tp": plan.tp, "pp": plan.pp, "dp": sol.dp, "micro_batch": plan.micro_batch,
+            "micro_batches": plan.num_micro_batches, "global_batch_seqs": plan.micro_batch
+            * plan.num_micro_batches * sol.dp, "recompute": plan.recompute,
+            "sequence_parallel": plan.sequence_parallel, "zero": plan.zero, "precision": plan.precision,
+            "days": rec.days, "tokens_per_s": perf.tokens_per_s, "tflops_per_gpu": perf.flops_per_gpu / 1e12,
+            "mfu": perf.mfu, "step_time_s": perf.step_time,
+            "step_breakdown_s": dict(perf.breakdown),
+            "memory_gb_per_gpu": perf.memory.total / 1e9,
+            "memory_breakdown_gb": {k: v / 1e9 for k, v in perf.memory.breakdown().items()},
+            "candidate": c.key,
+        },
+        "cost": {"capex_usd": capex, "it_power_kw": it_power / 1e3, "facility_power_kw": it_power / 1e3 * p.pue,
+                 "pue": p.pue, "load_factor": p.load_factor, "electricity_usd_per_kwh": p.electricity_usd_per_kwh,
+                 "opex_usd_per_year": energy_year, "horizon_years": p.horizon_years,
+                 "tco_usd": capex + energy_year * p.horizon_years,
+                 "training_energy_usd": it_power / 1e3 * p.load_factor * p.pue * rec.days * 24
+                 * p.electricity_usd_per_kwh,
+                 "prices_as_of": catalog.prices_as_of},
+        "bom": [r.as_dict() for r in bom],
+        "solver": {"backend": sol.backend, "status": sol.status.value, "gap": sol.gap,
+                   "time_limit_s": p.solver.time_limit_s,
+                   "variables": sol.variables, "constraints": sol.constraints,
+                   "candidates": len(rec.table.candidates), "templates_tried": rec.table.enumerated,
+                   "pruned_as_dominated": rec.table.pruned, "dropped": dict(sorted(rec.table.dropped.items()))},
+        "verification": list(rec.checks),
+        "excluded_gpus": dict(sorted(rec.table.gpu_reasons.items())),
+    }
+
+
+def _money(x: float) -> str:
+    return f"${x:,.0f}"
+
+
+def render_text(s: dict[str, Any], markdown: bool = False) -> str:
+    p, plan, cost, solver = s["problem"], s["plan"], s["cost"], s["solver"]
+    h = (lambda t: f"\n## {t}\n") if markdown else (lambda t: f"\n{t}\n{'-' * len(t)}")
+    lines = [f"# gpuopt: {p['name']}" if markdown else f"gpuopt: {p['name']}"]
+    goal = ("fastest training within " + (f"a {_money(p['budget_usd'])} {p['budget_covers']} budget"
+            if p["budget_usd"] else "the power cap")) if p["objective"] == "min_time" \
+        else f"lowest TCO that trains within {p['deadline_days']:,.1f} days"
+    lines.append(f"{p['model']} on {p['tokens']:.3g} tokens; goal: {goal}.")
+    lines.append(h("Recommendation"))
+    net = plan["fabric"] or "no network (one server)"
+    lines += [
+        f"Buy {plan['gpus']} x {plan['gpu']} in {plan['servers']} x {plan['server']}, network: {net}.",
+        f"Predicted training time {plan['days']:,.1f} days at {plan['tokens_per_s']:,.0f} tokens/s "
+        f"({plan['tflops_per_gpu']:,.0f} TFLOP/s per GPU, MFU {plan['mfu']:.1%}).",
+        f"Capex {_money(cost['capex_usd'])}; electricity {_money(cost['opex_usd_per_year'])}/year; "
+        f"TCO over {cost['horizon_years']:g} years {_money(cost['tco_usd'])}; IT power {cost['it_power_kw']:,.1f} kW "
+        f"({cost['facility_power_kw']:,.1f} kW with PUE {cost['pue']:g}).",
+    ]
+    lines.append(h("Parallel plan"))
+    lines += [
+        f"TP={plan['tp']} PP={plan['pp']} DP={plan['dp']} ({plan['gpus_used']} GPUs used), micro-batch "
+        f"{plan['micro_batch']} x {plan['micro_batches']} per step, global batch {plan['global_batch_seqs']} "
+        f"sequences, {plan['recompute']} recompute, ZeRO-{plan['zero']}"
+        f"{', sequence parallel' if plan['sequence_parallel'] else ''}, {plan['precision']}.",
+        f"Memory per GPU {plan['memory_gb_per_gpu']:,.1f} GB: "
+        + ", ".join(f"{k} {v:,.1f}" for k, v in plan["memory_breakdown_gb"].items()) + ".",
+        f"Step time {plan['step_time_s']:,.3f} s: "
+        + ", ".join(f"{k} {v:,.3f}" for k, v in plan["step_breakdown_s"].items() if v > 0) + ".",
+    ]
+    lines.append(h("Bill of materials"))
+    lines += _bom_table(s["bom"], markdown)
+    lines.append(h("Solver"))
+    gap = "n/a" if solver["gap"] is None else f"{solver['gap']:.2e}"
+    lines += [
+        f"{solver['backend']}: {solver['status']}, gap {gap} (time limit {solver['time_limit_s']:g} s); "
+        f"{solver['candidates']} candidate plans after pruning "
+        f"{solver['pruned_as_dominated']} dominated; dropped before the solve: "
+        + (", ".join(f"{k} {v}" for k, v in solver["dropped"].items()) or "none") + ".",
+        "Re-checked without the solver: " + "; ".join(s["verification"]) + ".",
+    ]
+    if s["excluded_gpus"]:
+        lines.append(h("GPUs ruled out before the solve"))
+        lines += [f"- {gpu}: {why}" for gpu, why in s["excluded_gpus"].items()]
+    lines.append(h("Assumptions"))
+    lines.append(f"Prices as of {cost['prices_as_of']} (catalog); "
+                 f"electricity ${cost['electricity_usd_per_kwh']:g}/kWh, "
+                 f"load factor {cost['load_factor']:g}. Rows marked ASSUMPTION in the bill of materials have no "
+                 "published price: get a quote.")
+    return "\n".join(lines) + "\n"
+
+
+def _bom_table(rows: list[dict[str, Any]], markdown: bool) -> list[str]:
+    out = []
+    if markdown:
+        out.append("| category | sku | qty | unit price | extended | power | source |")
+        out.append("|---|---|---:|---:|---:|---:|---|")
+        for r in rows:
+            out.append(f"| {r['category']} | {r['sku']} | {r['quantity']} | {_money(r['unit_price_usd'])} | "
+                       f"{_money(r['extended_price_usd'])} | {r['power_w'] / 1e3:,.2f} kW | {r['source']} |")
+    else:
+        for r in rows:
+            out.append(f"{r['category']:<7} {r['sku']:<16} {r['quantity']:>5} x {_money(r['unit_price_usd']):>10}"
+                       f" = {_money(r['extended_price_usd']):>12}  {r['power_w'] / 1e3:>7,.2f} kW  {r['description']}")
+    total = sum(r["extended_price_usd"] for r in rows)
+    out.append(f"{'' if markdown else 'total':<7} {'':<16} {'':>5}   {'':>10}   {_money(total):>12}"
+               if not markdown else f"| **total** | | | | **{_money(total)}** | | |")
+    return out
+
+
+def render(s: dict[str, Any], fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(s, indent=2, sort_keys=True) + "\n"
+    return render_text(s, markdown=(fmt == "markdown"))
+
+
+def write_bom(rows: list[dict[str, Any]], path: Path) -> None:
+    """Write the bill of materials; the format follows the extension (.csv .xlsx .json .md)."""
+    ext = path.suffix.lower()
+    if ext == ".csv":
+        with path.open("w", newline="", encoding="utf-8") as f:
+            w = csv.DictWriter(f, fieldnames=BOM_COLUMNS)
+            w.writeheader()
+            w.writerows(rows)
+    elif ext == ".json":
+        path.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+    elif ext == ".md":
+        path.write_text("\n".join(_bom_table(rows, markdown=True)) + "\n", encoding="utf-8")
+    elif ext == ".xlsx":
+        from openpyxl import Workbook
+
+        wb = Workbook()
+        ws = wb.active
+        ws.title = "bill of materials"
+        ws.append(list(BOM_COLUMNS))
+        for r in rows:
+            ws.append([r[k] for k in BOM_COLUMNS])
+        ws.append(["total", "", "", "", "", sum(r["extended_price_usd"] for r in rows), "",
+                   sum(r["power_w"] for r in rows), ""])
+        wb.save(path)
+    else:
+        raise ProblemError(f"--bom {path}: unknown extension '{path.suffix}'. To fix: use .csv, .xlsx, .json or .md.")
