@@ -17,7 +17,7 @@ Constraints
     (4) G_h ≤ slots_h·S_h   (= for baseboards sold full)     servers to hold them
     (5) S_h ≤ 1 for single-server groups
     (6) L_h ≥ q_h·S_h / P_h;  L_h ≥ Σ_{c∈C_h} x_c;  q_h·S_h ≤ P_h + M·y_h;
-        L_h ≥ 2·q_h·S_h / P_h − M'(1−y_h);  2·K_h ≥ L_h − M'(1−y_h)
+        L_h ≥ 2·q_h·S_h / P_h − M'(1−y_h);  2·K_h ≥ L_h − M''(1−y_h)   (M'' ≥ max L_h)
                                                              one switch, or a non-blocking
                                                              two-tier fat tree (half the leaf
                                                              ports up, spines = leaves / 2)
@@ -312,7 +312,8 @@ def solve(table: PlanTable, targets: Targets, backend: str = "ortools", time_lim
             model.add(L[h] >= model.total([x[c.key] for c in cands]), f"leaf_needed[{h}]")
             model.add(q * S[h] <= P + big_ports * Y[h], f"one_switch[{h}]")
             model.add(L[h] >= (2.0 * q / P) * S[h] - big_leaf * (1 - Y[h]), f"fat_tree_leaf[{h}]")
-            model.add(2 * K[h] >= L[h] - big_leaf * (1 - Y[h]), f"fat_tree_spine[{h}]")
+            lmax = max(1, math.ceil(big_leaf))  # L's upper bound: the M that switches (6c) off
+            model.add(2 * K[h] >= L[h] - lmax * (1 - Y[h]), f"fat_tree_spine[{h}]")
             switches = L[h] + K[h]
         capex_terms += [g.gpu_usd * G[h], (g.server_usd + g.ports_per_server * g.port_usd) * S[h]]
         power_terms += [g.gpu_w * G[h], (g.server_w + g.ports_per_server * g.port_w) * S[h]]

@@ -1,0 +1,133 @@
+"""The commands a user meets: help, estimate, catalog, solve output formats and BOM files."""
+
+from __future__ import annotations
+
+import ast
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from optimizer.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+@pytest.mark.parametrize("args", [[], ["solve"], ["estimate"], ["estimate", "train"], ["catalog"],
+                                  ["catalog", "list"], ["catalog", "show"], ["catalog", "validate"]])
+def test_every_command_has_help(args):
+    r = run(*args, "--help")
+    assert r.exit_code == 0 and "Usage:" in r.output
+
+
+def test_estimate_train_json_keys():
+    r = run("estimate", "train", "--model", "llama2-7b", "--gpu", "a100-sxm-80gb", "--gpus", "8",
+            "--micro-batch", "2", "--global-batch", "256", "--tokens", "1T", "--format", "json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    for key in ("fits", "memory_gb_per_gpu", "memory_breakdown_gb", "step_time_s", "tokens_per_s",
+                "tflops_per_gpu", "mfu", "days"):
+        assert key in out
+    assert out["fits"] is True
+    assert out["tokens_per_s"] == pytest.approx(out["tokens_per_step"] / out["step_time_s"])
+    assert out["days"] == pytest.approx(1e12 / out["tokens_per_s"] / 86400)
+    assert 0.3 < out["mfu"] < 0.75
+
+
+def test_estimate_reports_a_plan_that_does_not_fit():
+    r = run("estimate", "train", "--model", "llama2-70b", "--gpu", "h100-sxm", "--gpus", "8", "--format", "json")
+    assert r.exit_code == 0
+    assert json.loads(r.output)["fits"] is False
+
+
+def test_estimate_model_from_a_file(tmp_path):
+    shape = tmp_path / "m.yaml"
+    shape.write_text("layers: 2\nhidden: 256\nheads: 4\nkv_heads: 4\nffn_hidden: 1024\nvocab: 1000\n"
+                     "seq_len: 128\nmlp: gelu\n")
+    r = run("estimate", "train", "--model", str(shape), "--gpu", "rtx-4090", "--gpus", "1", "--format", "json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["fits"] is True
+
+
+def test_catalog_list_show_validate():
+    r = run("catalog", "list")
+    assert r.exit_code == 0 and "h100-sxm" in r.output and "rtx-4090" in r.output
+    gpus = json.loads(run("catalog", "list", "--format", "json").output)
+    assert len(gpus) >= 18 and all(g["price"]["source"] and g["price"]["date"] for g in gpus)
+    r = run("catalog", "show", "h100-sxm")
+    assert r.exit_code == 0 and "989" in r.output
+    r = run("catalog", "show", "h100-sx")
+    assert r.exit_code == 2 and "Did you mean 'h100-sxm'" in r.output
+    r = run("catalog", "validate")
+    assert r.exit_code == 0 and "is valid" in r.output
+
+
+REQUIRED_GPUS = {"h100-sxm", "h100-pcie", "h200-sxm", "h800-sxm", "b200", "a100-sxm-40gb", "a100-sxm-80gb",
+                 "a100-pcie-80gb", "a800-sxm", "l40s", "l4", "rtx-6000-ada", "rtx-a6000", "rtx-4090", "rtx-3090",
+                 "v100-sxm2", "mi250", "mi300x", "gaudi2"}
+
+
+def test_catalog_has_every_required_gpu(catalog):
+    assert set(catalog.gpus) >= REQUIRED_GPUS
+    assert not catalog.gpus["rtx-4090"].datacenter_license
+
+
+def test_solve_formats_and_determinism(tiny_problem):
+    first = run("solve", str(tiny_problem), "--format", "json")
+    assert first.exit_code == 0, first.output
+    data = json.loads(first.output)
+    for key in ("status", "objective", "gap", "plan", "cost", "bom"):
+        assert key in data
+    assert data["status"] == "optimal"
+    assert data["plan"]["days"] <= 30
+    assert sum(r["extended_price_usd"] for r in data["bom"]) == pytest.approx(data["cost"]["capex_usd"])
+    assert run("solve", str(tiny_problem), "--format", "json").output == first.output
+    text = run("solve", str(tiny_problem))
+    assert text.exit_code == 0 and "Buy " in text.output and "Bill of materials" in text.output
+    md = run("solve", str(tiny_problem), "--format", "markdown", "--solver", "pulp")
+    assert md.exit_code == 0 and "| category |" in md.output
+
+
+@pytest.mark.parametrize("ext", [".csv", ".xlsx", ".json", ".md"])
+def test_bom_files(tiny_problem, tmp_path, ext):
+    out = tmp_path / f"bom{ext}"
+    r = run("solve", str(tiny_problem), "--bom", str(out))
+    assert r.exit_code == 0, r.output
+    assert out.exists() and out.stat().st_size > 0
+    if ext == ".csv":
+        rows = list(csv.DictReader(out.open()))
+        assert rows[0]["category"] == "gpu" and int(rows[0]["quantity"]) > 0
+        assert {"category", "sku", "description", "quantity", "unit_price_usd", "extended_price_usd",
+                "power_w", "source"} <= set(rows[0])
+    elif ext == ".xlsx":
+        from openpyxl import load_workbook
+
+        ws = load_workbook(out).active
+        assert ws.cell(1, 1).value == "category" and ws.cell(2, 1).value == "gpu"
+    elif ext == ".json":
+        assert json.loads(out.read_text())[0]["category"] == "gpu"
+    else:
+        assert "| gpu |" in out.read_text()
+
+
+def test_perf_is_pure():
+    """perf imports no solver, CLI, pandas or I/O modules."""
+    banned = {"ortools", "pulp", "click", "pandas", "yaml", "pydantic", "os", "io", "pathlib", "json", "csv"}
+    for path in (ROOT / "optimizer" / "perf").glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            for name in names:
+                assert name.split(".")[0] not in banned, f"{path.name} imports {name}"
+                if name.startswith("optimizer."):
+                    assert name.startswith("optimizer.perf"), f"{path.name} imports {name}"

@@ -1,0 +1,148 @@
+"""Every class of bad input exits 2 with a message naming file, entry and field; infeasible exits 1."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from optimizer.cli import main
+from tests.conftest import ROOT, TINY
+
+
+def run(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+def write(tmp_path: Path, text: str, name: str = "p.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_malformed_yaml(tmp_path):
+    r = run("solve", write(tmp_path, "schema_version: 1\nname: [unclosed\n"))
+    assert r.exit_code == 2
+    assert "malformed YAML at line" in r.output and "p.yaml" in r.output
+    assert "Traceback" not in r.output
+
+
+def test_missing_file():
+    r = run("solve", "no/such/problem.yaml")
+    assert r.exit_code == 2 and "no such file" in r.output
+
+
+def test_unknown_key_suggests_the_right_one(tmp_path):
+    r = run("solve", write(tmp_path, TINY.replace("objective:", "objectve:")))
+    assert r.exit_code == 2
+    assert "field 'objectve': unknown key. Did you mean 'objective'?" in r.output
+
+
+def test_unknown_nested_key_suggests(tmp_path):
+    r = run("solve", write(tmp_path, TINY.replace("power_cap_kw", "power_cap_kW")))
+    assert r.exit_code == 2 and "Did you mean 'power_cap_kw'?" in r.output
+
+
+def test_unknown_gpu_id_suggests(tmp_path):
+    r = run("solve", write(tmp_path, TINY.replace("a100-sxm-80gb", "a100-sxm-80")))
+    assert r.exit_code == 2
+    assert "hardware.allow_gpus" in r.output and "Did you mean 'a100-sxm-80gb'?" in r.output
+
+
+def test_unknown_model_suggests(tmp_path):
+    r = run("solve", write(tmp_path, TINY.replace("model: llama2-7b", "model: llama2-7")))
+    assert r.exit_code == 2 and "unknown model 'llama2-7'" in r.output and "Did you mean 'llama2-7b'" in r.output
+
+
+@pytest.mark.parametrize(("old", "new", "field"), [
+    ("tokens: 20B", "tokens: -5", "workload.tokens"),
+    ("tokens: 20B", "tokens: lots", "workload.tokens"),
+    ("power_cap_kw: 200", "power_cap_kw: 0", "site.power_cap_kw"),
+    ("deadline_days: 30", "deadline_days: -1", "deadline_days"),
+    ("max_gpus: 64", "max_gpus: 0", "hardware.max_gpus"),
+])
+def test_impossible_values_name_the_field(tmp_path, old, new, field):
+    r = run("solve", write(tmp_path, TINY.replace(old, new)))
+    assert r.exit_code == 2, r.output
+    assert f"field '{field}'" in r.output
+
+
+def test_min_cost_needs_a_deadline(tmp_path):
+    r = run("solve", write(tmp_path, TINY.replace("deadline_days: 30\n", "")))
+    assert r.exit_code == 2 and "needs 'deadline_days'" in r.output
+
+
+def test_wrong_schema_version(tmp_path):
+    r = run("solve", write(tmp_path, TINY.replace("schema_version: 1", "schema_version: 7")))
+    assert r.exit_code == 2 and "schema_version" in r.output
+
+
+def test_bad_bom_extension(tiny_problem, tmp_path):
+    r = run("solve", str(tiny_problem), "--bom", str(tmp_path / "bom.pdf"))
+    assert r.exit_code == 2 and ".csv, .xlsx, .json or .md" in r.output
+
+
+def _broken_catalog(tmp_path: Path, old: str, new: str, file: str = "gpus.yaml") -> str:
+    root = tmp_path / "cat"
+    shutil.copytree(ROOT / "catalogs", root)
+    text = (root / file).read_text()
+    assert old in text
+    (root / file).write_text(text.replace(old, new, 1))
+    return str(root)
+
+
+def test_catalog_negative_value_names_entry_and_field(tmp_path):
+    root = _broken_catalog(tmp_path, "memory_gb: 80", "memory_gb: -80")
+    r = run("catalog", "validate", "--catalog", root)
+    assert r.exit_code == 2
+    assert "gpus.yaml" in r.output and "(id 'h100-sxm')" in r.output and "field 'memory_gb'" in r.output
+
+
+def test_catalog_unknown_key_suggests(tmp_path):
+    root = _broken_catalog(tmp_path, "mem_bw_gbs: 3350", "mem_bw_gb: 3350")
+    r = run("catalog", "validate", "--catalog", root)
+    assert r.exit_code == 2 and "Did you mean 'mem_bw_gbs'?" in r.output
+
+
+def test_catalog_dangling_reference(tmp_path):
+    root = _broken_catalog(tmp_path, "accepts: [h100-sxm,", "accepts: [h100-sxn,", "servers.yaml")
+    r = run("catalog", "validate", "--catalog", root)
+    assert r.exit_code == 2 and "unknown id 'h100-sxn'" in r.output and "Did you mean 'h100-sxm'" in r.output
+
+
+def test_catalog_duplicate_id(tmp_path):
+    root = _broken_catalog(tmp_path, "id: h100-pcie", "id: h100-sxm")
+    r = run("catalog", "validate", "--catalog", root)
+    assert r.exit_code == 2 and "appears twice" in r.output
+
+
+def test_estimate_unknown_gpu_and_bad_split():
+    r = run("estimate", "train", "--model", "llama2-7b", "--gpu", "h100-sx", "--gpus", "8")
+    assert r.exit_code == 2 and "Did you mean 'h100-sxm'" in r.output
+    r = run("estimate", "train", "--model", "llama2-7b", "--gpu", "h100-sxm", "--gpus", "12", "--tp", "8")
+    assert r.exit_code == 2 and "not a multiple of TP 8" in r.output
+    r = run("estimate", "train", "--model", "llama2-7b", "--gpu", "v100-sxm2", "--gpus", "8")
+    assert r.exit_code == 2 and "no bf16" in r.output
+
+
+def test_infeasible_deadline_exits_1_with_what_would_help(tmp_path):
+    r = run("solve", write(tmp_path, TINY.replace("deadline_days: 30", "deadline_days: 0.5")))
+    assert r.exit_code == 1, r.output
+    assert "infeasible" in r.output and "deadline: the fastest cluster" in r.output
+
+
+def test_infeasible_budget_says_how_much_more(tmp_path):
+    text = TINY.replace("deadline_days: 30", "deadline_days: 5\nbudget: {usd: 100k}")
+    r = run("solve", write(tmp_path, text))
+    assert r.exit_code == 1, r.output
+    assert "budget: the cheapest cluster that meets the other targets costs $" in r.output
+
+
+def test_nothing_fits_explains_per_gpu(tmp_path):
+    text = TINY.replace("model: llama2-7b", "model: llama3-405b").replace("allow_gpus: [a100-sxm-80gb, l40s]",
+                                                                          "allow_gpus: [l4]")
+    r = run("solve", write(tmp_path, text))
+    assert r.exit_code == 1, r.output
+    assert "l4: memory: needs" in r.output

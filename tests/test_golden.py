@@ -1,0 +1,109 @@
+"""Golden numbers from DESIGN.md and the published model cards, with tolerances that can fail."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from optimizer.perf import (
+    ModelSpec,
+    TrainPlan,
+    activation_bytes_per_layer,
+    gpu_hours,
+    model_flops_per_token,
+    param_count,
+    tp_bound,
+    training_flops,
+    training_memory,
+)
+from optimizer.perf.memory import ADAM_BYTES, GRAD_BYTES, WEIGHT_BYTES
+
+PUBLISHED_B = {"llama2-7b": 6.74, "llama2-70b": 68.98, "llama3-8b": 8.03, "llama3-70b": 70.55,
+               "llama3-405b": 405.85, "gpt3-175b": 174.6, "llama2-13b": 13.02}
+
+
+@pytest.mark.parametrize("preset", sorted(PUBLISHED_B))
+def test_preset_parameter_counts(catalog, preset):
+    count = param_count(catalog.models[preset].spec()) / 1e9
+    assert count == pytest.approx(PUBLISHED_B[preset], abs=0.005 + 0.0005 * PUBLISHED_B[preset])
+
+
+def test_every_preset_has_a_published_count_within_half_a_percent(catalog):
+    for m in catalog.models.values():
+        assert m.published_params_b, m.id
+        assert param_count(m.spec()) / 1e9 == pytest.approx(m.published_params_b, rel=0.005), m.id
+
+
+def test_llama2_70b_memory_example():
+    """140 + 140 + 840 + 730 = 1,850 GB (seed 003, Korthikanti's selective-recompute formula)."""
+    n = 70e9
+    assert WEIGHT_BYTES * n / 1e9 == pytest.approx(140)
+    assert GRAD_BYTES * n / 1e9 == pytest.approx(140)
+    assert ADAM_BYTES * n / 1e9 == pytest.approx(840)
+    # the seed's arithmetic is GPT's 34·s·b·h per layer: a GPT-shaped layer of the same width
+    gpt_shape = ModelSpec("gpt-like", 80, 8192, 64, 64, 4 * 8192, 32000, 4096, "gelu")
+    acts = 80 * activation_bytes_per_layer(gpt_shape, 4096, 8, 1, "selective", False) / 1e9
+    assert acts == pytest.approx(4096 * 8 * 8192 * 80 * 34 / 1e9)
+    assert acts == pytest.approx(730, abs=1)
+    total = 140 + 140 + 840 + acts
+    assert total == pytest.approx(1850, abs=1)
+    assert math.ceil(total / 80) == 24
+    assert math.ceil(total / 24) == 78
+
+
+def test_llama2_70b_memory_with_its_own_shape(catalog):
+    """The model's own figure: GQA shrinks K/V, SwiGLU's 3.5h MLP keeps 6·s·b·f: 35.5·s·b·h."""
+    m = catalog.models["llama2-70b"].spec()
+    acts = 80 * activation_bytes_per_layer(m, 4096, 8, 1, "selective", False) / 1e9
+    assert acts == pytest.approx(4096 * 8 * 8192 * 80 * 35.5 / 1e9)
+    mem = training_memory(m, TrainPlan(tp=1, pp=1, dp=1, micro_batch=8, recompute="selective", zero=0))
+    assert mem.weights / 1e9 == pytest.approx(137.95, abs=0.01)
+    assert mem.optimizer / 1e9 == pytest.approx(827.7, abs=0.1)
+
+
+def test_tensor_parallel_shards_activations_korthikanti_table2():
+    gpt = ModelSpec("gpt", 80, 8192, 64, 64, 4 * 8192, 32000, 4096, "gelu")
+    s, b, h, t = 4096, 1, 8192, 8
+    assert activation_bytes_per_layer(gpt, s, b, t, "selective", False) == pytest.approx(s * b * h * (10 + 24 / t))
+    assert activation_bytes_per_layer(gpt, s, b, t, "selective", True) == pytest.approx(s * b * h * 34 / t)
+    a = 64
+    assert activation_bytes_per_layer(gpt, s, b, 1, "none", False) == pytest.approx(s * b * h * (34 + 5 * a * s / h))
+    assert activation_bytes_per_layer(gpt, s, b, 1, "full", False) == pytest.approx(2 * s * b * h)
+
+
+def test_six_n_d_and_llama2_gpu_hours():
+    flops = training_flops(70e9, 2e12)
+    assert flops == pytest.approx(8.4e23)
+    implied = flops / (1_720_320 * 3600)
+    assert implied / 1e12 == pytest.approx(136, abs=0.5)
+    assert implied / 312e12 == pytest.approx(0.43, abs=0.01)
+    assert math.ceil(1_720_320 / (30 * 24)) == 2390
+    assert gpu_hours(flops, implied) == pytest.approx(1_720_320)
+
+
+def test_a100_hours_rule_of_thumb():
+    """≈ 13.3 A100-hours per billion parameters per billion tokens (seed 004)."""
+    assert gpu_hours(training_flops(1e9, 1e9), 312e12 * 0.40) == pytest.approx(13.3, abs=0.1)
+
+
+def test_narayanan_flops_formula_for_gpt_shape():
+    B, s, L, h, V = 1, 2048, 96, 12288, 51200
+    gpt3 = ModelSpec("gpt3", L, h, 96, 96, 4 * h, V, s, "gelu")
+    per_step = 72 * B * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h))
+    assert model_flops_per_token(gpt3) * B * s == pytest.approx(per_step)
+
+
+@pytest.mark.parametrize(("peak_tflops", "link_one_way_gbs", "expected"), [
+    (330, 32, 2.4),     # RTX 4090 over PCIe 4.0, the seed's FP16-accumulate peak
+    (1979, 200, 2.5),   # H800, 400 GB/s NVLink, the seed's sparse peak
+    (1979, 450, 5.6),   # H100 with the sparse figure the seed used
+    (989, 450, 11.2),   # H100 with the dense figure the catalog records
+])
+def test_tp_bounds(peak_tflops, link_one_way_gbs, expected):
+    assert tp_bound(8192, peak_tflops * 1e12, link_one_way_gbs * 1e9) == pytest.approx(expected, abs=0.06)
+
+
+def test_catalog_records_dense_h100(catalog):
+    assert catalog.gpus["h100-sxm"].bf16_tflops == 989
+    assert catalog.gpus["h800-sxm"].link_bw_gbs == 400

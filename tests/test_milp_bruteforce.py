@@ -1,0 +1,102 @@
+"""The MIP's optimum equals brute-force enumeration of the same plans on small random instances."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from optimizer.milp import Status, Targets, group_costs, purchase, solve
+from optimizer.perf.specs import TrainPlan
+from optimizer.plans import Candidate, Group, PlanTable
+
+
+def random_instance(rng: random.Random) -> tuple[PlanTable, Targets]:
+    groups: dict[str, Group] = {}
+    candidates: list[Candidate] = []
+    for gi in range(rng.randint(1, 3)):
+        slots = rng.choice([2, 4, 8])
+        fabric = rng.choice([None, "f"])
+        g = Group(f"gpu{gi}", f"srv{gi}", fabric, slots, rng.random() < 0.5, rng.uniform(1e3, 3e4),
+                  rng.uniform(1e3, 8e4), rng.uniform(70, 1000), rng.uniform(200, 5000),
+                  rng.choice([1, 2, 4]) if fabric else 0, rng.uniform(100, 3000) if fabric else 0.0,
+                  rng.uniform(5, 30) if fabric else 0.0, rng.choice([8, 16, 32]) if fabric else 0,
+                  rng.uniform(2e3, 4e4) if fabric else 0.0, rng.uniform(50, 1000) if fabric else 0.0)
+        groups[g.key] = g
+        for ci in range(rng.randint(1, 4)):
+            tp = rng.choice([t for t in (1, 2, 4) if t <= slots])
+            pp = rng.choice([p for p in (1, 2) if fabric is not None or tp * p <= slots])
+            mp = tp * pp
+            top = max(1, (slots // mp) if fabric is None else rng.randint(2, 24))
+            lo = rng.randint(1, top)
+            hi = rng.randint(lo, top)
+            plan = TrainPlan(tp=tp, pp=pp, dp=hi)
+            candidates.append(Candidate(f"{g.key}/c{ci}", g.key, plan, lo, hi, rng.uniform(1e3, 2e4) * mp, 0.0))
+    objective = rng.choice(["min_cost", "min_time"])
+    tokens = 1e12
+    best_rate = max(c.replica_tokens_per_s * c.dp_max for c in candidates)
+    if objective == "min_cost":
+        deadline = tokens / (best_rate * rng.uniform(0.05, 1.2))
+        budget = rng.choice([None, rng.uniform(5e4, 2e6)])
+    else:
+        deadline, budget = None, rng.uniform(2e4, 2e6)
+    cap = rng.choice([None, rng.uniform(2e3, 1e5)])
+    targets = Targets(objective, tokens, deadline, budget, rng.choice(["capex", "tco"]), cap, rng.uniform(0, 10))
+    return PlanTable(tuple(candidates), groups), targets
+
+
+def brute_force(table: PlanTable, t: Targets) -> float | None:
+    best = None
+    for c in table.candidates:
+        g = table.groups[c.group]
+        for dp in range(c.dp_min, c.dp_max + 1):
+            n = purchase(g, c.gpus_per_replica * dp)
+            if g.fabric is None and n.servers > 1:
+                continue  # without a network the plan must fit one server
+            capex, power = group_costs(g, n.gpus, n.servers, n.leaf_switches, n.spine_switches)
+            tco = capex + t.opex_usd_per_w * power
+            rate = c.replica_tokens_per_s * dp
+            if t.required_tokens_per_s is not None and rate < t.required_tokens_per_s:
+                continue
+            if t.power_cap_w is not None and power > t.power_cap_w:
+                continue
+            if t.budget_usd is not None and (tco if t.budget_covers == "tco" else capex) > t.budget_usd:
+                continue
+            value = rate if t.objective == "min_time" else tco
+            if best is None or (value > best if t.objective == "min_time" else value < best):
+                best = value
+    return best
+
+
+def _check(seed: int, backend: str) -> None:
+    rng = random.Random(seed)
+    table, targets = random_instance(rng)
+    expected = brute_force(table, targets)
+    sol = solve(table, targets, backend, time_limit_s=20, mip_gap=0.0)
+    if expected is None:
+        assert sol.status == Status.INFEASIBLE, (seed, sol)
+        return
+    assert sol.status == Status.OPTIMAL, seed
+    assert math.isclose(sol.objective, expected, rel_tol=1e-6, abs_tol=1e-6), (seed, sol.objective, expected)
+    # the reported plan achieves the objective it claims
+    value = sol.tokens_per_s if targets.objective == "min_time" else sol.tco
+    assert math.isclose(value, expected, rel_tol=1e-6, abs_tol=1e-6), seed
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_ortools_equals_brute_force(seed):
+    _check(seed, "ortools")
+
+
+@pytest.mark.parametrize("seed", range(0, 200, 5))
+def test_pulp_equals_brute_force(seed):
+    _check(seed, "pulp")
+
+
+def test_instances_cover_both_objectives_and_infeasibility():
+    kinds = set()
+    for seed in range(200):
+        table, targets = random_instance(random.Random(seed))
+        kinds.add((targets.objective, brute_force(table, targets) is None))
+    assert kinds == {("min_cost", False), ("min_cost", True), ("min_time", False), ("min_time", True)}
