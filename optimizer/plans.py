@@ -176,10 +176,11 @@ def enumerate_plans(problem: Problem, catalog: Catalog) -> PlanTable:
         before = len(candidates)
         reason_counts: Counter = Counter()
         best_memory: tuple[float, str] | None = None
+        fit_cache: dict = {}
         for group in usable:
             groups[group.key] = group
             hw = catalog.hardware(gpu_id, group.server, group.fabric)
-            n, c = _group_candidates(problem, group, hw, eff, candidates, reason_counts)
+            n, c = _group_candidates(problem, group, hw, eff, candidates, reason_counts, fit_cache)
             enumerated += n
             if c is not None and (best_memory is None or c[0] < best_memory[0]):
                 best_memory = c
@@ -191,6 +192,20 @@ def enumerate_plans(problem: Problem, catalog: Catalog) -> PlanTable:
     used = {c.group for c in kept}
     return PlanTable(tuple(kept), {k: v for k, v in groups.items() if k in used}, dropped,
                      gpu_reasons, enumerated, pruned)
+
+
+def max_gpus(problem: Problem, g: Group) -> int:
+    """Most GPUs of this group any feasible answer can use.
+
+    n GPUs cost at least n·(GPU + server/slots) and draw at least n·(GPU + server/slots) watts,
+    so the budget (capex ≤ TCO) and the power cap bound n; a valid bound keeps pruning exact.
+    """
+    n = problem.max_gpus
+    if problem.budget_usd is not None:
+        n = min(n, int(problem.budget_usd // (g.gpu_usd + g.server_usd / g.slots)))
+    if problem.power_cap_w is not None:
+        n = min(n, int(problem.power_cap_w // (g.gpu_w + g.server_w / g.slots)))
+    return max(n, 0)
 
 
 def _group_affordable(problem: Problem, g: Group) -> bool:
@@ -216,7 +231,7 @@ def _memory_reason(gpu, best: tuple[float, str] | None, counts: Counter) -> str:
 
 
 def _group_candidates(problem: Problem, group: Group, hw: Hardware, eff, out: list[Candidate],
-                      reasons: Counter) -> tuple[int, tuple[float, str] | None]:
+                      reasons: Counter, fit_cache: dict) -> tuple[int, tuple[float, str] | None]:
     """Append the group's candidates to ``out``; return (templates tried, least memory that failed)."""
     m, search = problem.model, problem.search
     capacity = hw.device.memory
@@ -240,7 +255,10 @@ def _group_candidates(problem: Problem, group: Group, hw: Hardware, eff, out: li
                         base = TrainPlan(tp=tp, pp=pp, dp=1, micro_batch=b, num_micro_batches=pp,
                                          recompute=rc, sequence_parallel=tp > 1, zero=zero,
                                          precision=problem.precision, seq_len=problem.seq_len)
-                        dp_fit = _min_dp_that_fits(problem, base, capacity, eff.reserved_memory, dp_cap)
+                        key = (capacity, tp, pp, b, rc, zero, dp_cap)
+                        if key not in fit_cache:  # memory does not depend on server or fabric
+                            fit_cache[key] = _min_dp_that_fits(problem, base, capacity, eff.reserved_memory, dp_cap)
+                        dp_fit = fit_cache[key]
                         if dp_fit is None:
                             reasons["memory"] += 1
                             need = training_memory(m, replace(base, dp=dp_cap), eff.reserved_memory).total / 1e9
@@ -258,7 +276,7 @@ def _add_bands(problem: Problem, group: Group, hw: Hardware, eff, plan: TrainPla
     mp = plan.tp * plan.pp
     seqs = plan.micro_batch * plan.num_micro_batches
     lo = max(dp_fit, math.ceil(problem.min_global_batch / seqs))
-    hi = min(problem.max_global_batch // seqs, problem.max_gpus // mp)
+    hi = min(problem.max_global_batch // seqs, max_gpus(problem, group) // mp)
     per_node = max(1, group.slots // mp)
     if group.fabric is None:
         hi = min(hi, group.slots // mp)

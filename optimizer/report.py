@@ -7,7 +7,10 @@ source and date, and those no source gives are flagged as assumptions.
 from __future__ import annotations
 
 import csv
+import io
 import json
+import re
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -203,6 +206,21 @@ def render(s: dict[str, Any], fmt: str) -> str:
     return render_text(s, markdown=(fmt == "markdown"))
 
 
+def _deterministic_zip(data: bytes) -> bytes:
+    """Rewrite an .xlsx with fixed entry times and document dates, so equal inputs give equal bytes
+    (openpyxl stamps the time of saving into both)."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as src, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            body = src.read(info.filename)
+            if info.filename == "docProps/core.xml":
+                body = re.sub(rb"(<dcterms:(?:created|modified)[^>]*>)[^<]*", rb"\g<1>2000-01-01T00:00:00Z", body)
+            fixed = zipfile.ZipInfo(info.filename, date_time=(1980, 1, 1, 0, 0, 0))
+            fixed.compress_type = zipfile.ZIP_DEFLATED
+            dst.writestr(fixed, body)
+    return out.getvalue()
+
+
 def write_bom(rows: list[dict[str, Any]], path: Path) -> None:
     """Write the bill of materials; the format follows the extension (.csv .xlsx .json .md)."""
     ext = path.suffix.lower()
@@ -226,6 +244,8 @@ def write_bom(rows: list[dict[str, Any]], path: Path) -> None:
             ws.append([r[k] for k in BOM_COLUMNS])
         ws.append(["total", "", "", "", "", sum(r["extended_price_usd"] for r in rows), "",
                    sum(r["power_w"] for r in rows), ""])
-        wb.save(path)
+        buffer = io.BytesIO()
+        wb.save(buffer)
+        path.write_bytes(_deterministic_zip(buffer.getvalue()))
     else:
         raise ProblemError(f"--bom {path}: unknown extension '{path.suffix}'. To fix: use .csv, .xlsx, .json or .md.")

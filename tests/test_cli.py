@@ -100,6 +100,9 @@ def test_bom_files(tiny_problem, tmp_path, ext):
     r = run("solve", str(tiny_problem), "--bom", str(out))
     assert r.exit_code == 0, r.output
     assert out.exists() and out.stat().st_size > 0
+    again = tmp_path / f"again{ext}"
+    assert run("solve", str(tiny_problem), "--bom", str(again)).exit_code == 0
+    assert again.read_bytes() == out.read_bytes()  # byte-for-byte deterministic, .xlsx included
     if ext == ".csv":
         rows = list(csv.DictReader(out.open()))
         assert rows[0]["category"] == "gpu" and int(rows[0]["quantity"]) > 0
