@@ -90,48 +90,62 @@ def recommend(problem: Problem, catalog: Catalog, backend: str | None = None,
     table = table or enumerate_plans(problem, catalog)
     backend = backend or problem.solver.backend
     limit = time_limit_s or problem.solver.time_limit_s
+    targets = targets_of(problem)
     if not table.candidates:
         reasons = [f"{gpu}: {why}" for gpu, why in sorted(table.gpu_reasons.items())]
+        hints = feasibility_hints(problem, catalog, table, targets, backend, limit, fallback=False)
         raise InfeasibleError(f"no GPU in the catalog can run {problem.model_id} under this problem's limits:",
-                              reasons)
-    targets = targets_of(problem)
+                              reasons + hints)
     sol = solve(table, targets, backend, limit, problem.solver.mip_gap)
     if sol.status == Status.NO_SOLUTION:
         raise SolverError(f"no solution found within {limit:g} s. To fix: raise solver.time_limit_s.")
     if sol.status == Status.INFEASIBLE:
         raise InfeasibleError(f"no cluster meets every target of '{problem.name}'.",
-                              feasibility_hints(problem, table, targets, backend, limit))
+                              feasibility_hints(problem, catalog, table, targets, backend, limit))
     perf, checks = verify(problem, catalog, table, sol)
     return Recommendation(problem, table, sol, perf, checks)
 
 
-def feasibility_hints(problem: Problem, table: PlanTable, targets: Targets, backend: str,
-                      limit: float) -> list[str]:
-    """What single relaxation makes the problem feasible, each priced by a re-solve."""
+def feasibility_hints(problem: Problem, catalog: Catalog, table: PlanTable, targets: Targets, backend: str,
+                      limit: float, fallback: bool = True) -> list[str]:
+    """What single relaxation makes the problem feasible, each priced by a re-solve.
+
+    Plans are re-enumerated without the relaxed limit: the budget and the power cap also
+    bound how many GPUs each candidate may use.
+    """
     hints = []
     days = f"{problem.deadline_s / 86400:,.1f}" if problem.deadline_s else None
     if targets.budget_usd is not None:
         relaxed = replace(targets, budget_usd=None, objective="min_cost")
-        s = solve(table, relaxed, backend, limit, problem.solver.mip_gap, tie_break=False)
-        if s.status in (Status.OPTIMAL, Status.FEASIBLE):
+        wider = enumerate_plans(replace(problem, budget_usd=None), catalog)
+        s = _solve_if_any(wider, relaxed, backend, limit, problem)
+        if s is not None and s.status in (Status.OPTIMAL, Status.FEASIBLE):
             spend = s.capex + (s.opex if targets.budget_covers == "tco" else 0.0)
             hints.append(f"budget: the cheapest cluster that meets the other targets costs ${spend:,.0f} "
                          f"({targets.budget_covers}); the budget is ${targets.budget_usd:,.0f} "
                          f"(+${spend - targets.budget_usd:,.0f})")
     if targets.power_cap_w is not None:
         relaxed = replace(targets, power_cap_w=None, objective="min_cost")
-        s = solve(table, relaxed, backend, limit, problem.solver.mip_gap, tie_break=False)
-        if s.status in (Status.OPTIMAL, Status.FEASIBLE):
+        wider = enumerate_plans(replace(problem, power_cap_w=None), catalog)
+        s = _solve_if_any(wider, relaxed, backend, limit, problem)
+        if s is not None and s.status in (Status.OPTIMAL, Status.FEASIBLE):
             hints.append(f"power: a cluster that meets the other targets draws {s.power_w / 1e3:,.1f} kW; "
                          f"the cap is {targets.power_cap_w / 1e3:,.1f} kW")
     if targets.deadline_s is not None:
         relaxed = replace(targets, deadline_s=None, objective="min_time")
-        s = solve(table, relaxed, backend, limit, problem.solver.mip_gap, tie_break=False)
-        if s.status in (Status.OPTIMAL, Status.FEASIBLE) and s.tokens_per_s > 0:
+        s = _solve_if_any(table, relaxed, backend, limit, problem)
+        if s is not None and s.status in (Status.OPTIMAL, Status.FEASIBLE) and s.tokens_per_s > 0:
             best = problem.tokens / s.tokens_per_s / 86400
             hints.append(f"deadline: the fastest cluster within the other limits takes {best:,.1f} days; "
                          f"the deadline is {days} days")
-    if not hints:
+    if not hints and fallback:
         hints.append("no single relaxation of budget, power or deadline helps: allow more GPUs "
                      "(hardware.max_gpus), a larger global batch, or more GPU types")
     return hints
+
+
+def _solve_if_any(table: PlanTable, targets: Targets, backend: str, limit: float,
+                  problem: Problem) -> MilpSolution | None:
+    if not table.candidates:
+        return None
+    return solve(table, targets, backend, limit, problem.solver.mip_gap, tie_break=False)

@@ -146,3 +146,16 @@ def test_nothing_fits_explains_per_gpu(tmp_path):
     r = run("solve", write(tmp_path, text))
     assert r.exit_code == 1, r.output
     assert "l4: memory: needs" in r.output
+
+
+def test_budget_hint_applied_makes_the_problem_feasible(tmp_path):
+    import re
+
+    text = TINY.replace("deadline_days: 30", "deadline_days: 10\nbudget: {usd: 100k}")
+    r = run("solve", write(tmp_path, text))
+    assert r.exit_code == 1, r.output
+    needed = re.search(r"costs \$([0-9,]+) \(capex\)", r.output)
+    assert needed, r.output
+    usd = int(needed.group(1).replace(",", "")) + 1
+    fixed = run("solve", write(tmp_path, text.replace("usd: 100k", f"usd: {usd}"), "fixed.yaml"))
+    assert fixed.exit_code == 0, fixed.output
