@@ -151,7 +151,7 @@ def test_nothing_fits_explains_per_gpu(tmp_path):
 def test_budget_hint_applied_makes_the_problem_feasible(tmp_path):
     import re
 
-    text = TINY.replace("deadline_days: 30", "deadline_days: 10\nbudget: {usd: 100k}")
+    text = TINY.replace("deadline_days: 30", "deadline_days: 5\nbudget: {usd: 100k}")
     r = run("solve", write(tmp_path, text))
     assert r.exit_code == 1, r.output
     needed = re.search(r"costs \$([0-9,]+) \(capex\)", r.output)
