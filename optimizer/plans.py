@@ -2,8 +2,9 @@
 
 A candidate is a *template*: GPU × server × fabric × TP × PP × micro-batch × micro-batches
 × recompute × ZeRO, with a range ``[dp_min, dp_max]`` for the data-parallel degree that the
-MIP chooses. Throughput per replica is evaluated at ``dp_max`` (the most communication in the
-range), so ``dp × replica_tokens_per_s`` never over-promises; the solve is re-checked at the
+MIP chooses. Throughput per replica is a lower bound over the range (communication at
+``dp_max``, the sharded optimizer step at ``dp_min``), so ``dp × replica_tokens_per_s`` never
+over-promises; the solve is re-checked at the
 chosen dp afterwards. Multi-server ranges are split into bands of node counts so the
 pessimism stays small.
 """
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from optimizer.catalog import Catalog
 from optimizer.perf.memory import training_memory
 from optimizer.perf.specs import Hardware, TrainPlan
-from optimizer.perf.train import train_step
+from optimizer.perf.train import optimizer_time, train_step
 from optimizer.problem import Problem
 
 NODE_BANDS = (2, 8, 32, 128, 512, 2048, 8192, 32768)
@@ -288,10 +289,14 @@ def _add_bands(problem: Problem, group: Group, hw: Hardware, eff, plan: TrainPla
     for band_lo, band_hi in _dp_bands(lo, hi, per_node, group.fabric is not None):
         worst = replace(plan, dp=band_hi)
         result = train_step(problem.model, hw, worst, eff)
+        # Communication grows with dp and the sharded optimizer step shrinks with it, so the
+        # slowest step anywhere in the band is at most: step(dp_max) with dp_min's optimizer.
+        step = result.step_time + (optimizer_time(problem.model, replace(plan, dp=band_lo), hw, eff)
+                                   - optimizer_time(problem.model, worst, hw, eff))
         key = (f"{group.key}/tp{plan.tp}-pp{plan.pp}-mb{plan.micro_batch}x{plan.num_micro_batches}"
                f"-{plan.recompute}-z{plan.zero}/dp{band_lo}-{band_hi}")
         out.append(Candidate(key, group.key, worst, band_lo, band_hi,
-                             result.tokens_per_s / band_hi, 0.0))
+                             result.tokens_per_step / band_hi / step, 0.0))
 
 
 def dominates(a: Candidate, b: Candidate) -> bool:

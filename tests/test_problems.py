@@ -95,3 +95,23 @@ def test_dominance_pruning_keeps_the_optimum(catalog):
     assert len(full.candidates) > len(table.candidates)
     assert math.isclose(solve(full, t, "ortools", 60).objective, pruned_opt, rel_tol=1e-6)
     assert prune_dominated(list(full.candidates))[1] == len(full.candidates) - len(table.candidates)
+
+
+def test_candidate_throughput_is_a_lower_bound_over_its_dp_range(tiny_problem, catalog):
+    """The MIP's rate for a template must hold at every dp it may choose (the re-check relies on it)."""
+    from dataclasses import replace
+
+    from optimizer.perf.train import train_step
+
+    problem = load_problem(tiny_problem, catalog)
+    table = enumerate_plans(problem, catalog)
+    checked = 0
+    for c in table.candidates:
+        g = table.groups[c.group]
+        hw = catalog.hardware(g.gpu, g.server, g.fabric)
+        for dp in range(c.dp_min, min(c.dp_max, c.dp_min + 40) + 1):
+            r = train_step(problem.model, hw, replace(c.plan, dp=dp), catalog.efficiency)
+            assert r.fits, c.key
+            assert r.tokens_per_s / dp >= c.replica_tokens_per_s * (1 - 1e-12), (c.key, dp)
+            checked += 1
+    assert checked > 20

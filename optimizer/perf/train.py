@@ -86,6 +86,14 @@ def pp_link(plan: TrainPlan, hw: Hardware) -> Link:
     return Link(hw.network.name, hw.network.bw_one_way / share, hw.network.efficiency, hw.network.latency)
 
 
+def optimizer_time(m: ModelSpec, plan: TrainPlan, hw: Hardware, eff: Efficiency) -> float:
+    """The Adam update is memory-bound: it streams weights, gradients, master weights and both
+    moments (~32 bytes per parameter); ZeRO ≥ 1 leaves each GPU 1/dp of the parameters."""
+    params_gpu = shape.param_count(m) / (plan.tp * plan.pp)
+    opt_params = params_gpu / (plan.dp if plan.zero >= 1 else 1)
+    return opt_params * OPTIMIZER_BYTES_TOUCHED / (hw.device.mem_bw * eff.mem_bw)
+
+
 def train_step(m: ModelSpec, hw: Hardware, plan: TrainPlan, eff: Efficiency) -> TrainResult:
     """Predict one configuration. Raises ValueError for a precision the GPU lacks."""
     dev = hw.device
@@ -132,8 +140,7 @@ def train_step(m: ModelSpec, hw: Hardware, plan: TrainPlan, eff: Efficiency) -> 
     hidden = min(eff.dp_overlap * dp_time, backward)
     dp_exposed = dp_time - hidden
 
-    opt_params = params_gpu / (plan.dp if plan.zero >= 1 else 1)
-    optimizer = opt_params * OPTIMIZER_BYTES_TOUCHED / (dev.mem_bw * eff.mem_bw)
+    optimizer = optimizer_time(m, plan, hw, eff)
 
     step = slots * per_mb + dp_exposed + optimizer
     tokens_step = plan.dp * mb * tokens_mb
