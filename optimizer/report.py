@@ -123,8 +123,37 @@ def summary(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
                    "candidates": len(rec.table.candidates), "templates_tried": rec.table.enumerated,
                    "pruned_as_dominated": rec.table.pruned, "dropped": dict(sorted(rec.table.dropped.items()))},
         "verification": list(rec.checks),
+        "assumptions": assumptions_used(rec, catalog),
         "excluded_gpus": dict(sorted(rec.table.gpu_reasons.items())),
     }
+
+
+def assumptions_used(rec: Recommendation, catalog: Catalog) -> list[str]:
+    """The figures behind this answer that no source gives (prices and efficiency factors)."""
+    assert rec.solution.candidate is not None
+    g = rec.table.groups[rec.solution.candidate.group]
+    gpu, server = catalog.gpus[g.gpu], catalog.servers[g.server]
+    out = []
+    eff = gpu.matmul_efficiency
+    if eff.assumption:
+        value = getattr(eff, rec.problem.precision) or eff.bf16 or eff.fp16
+        out.append(f"{gpu.id} achieves {value:.0%} of its dense {rec.problem.precision} peak: {eff.source}")
+    for what, price in ((gpu.id, gpu.price), (server.id, server.price)):
+        if price.assumption:
+            out.append(f"{what} price ${price.usd:,.0f}: {price.source}")
+    link = catalog.links[gpu.link]
+    if link.assumption and (rec.solution.candidate.plan.tp > 1 or rec.solution.dp > 1):
+        out.append(f"{link.id} link efficiency {link.efficiency:.0%} and latency {link.latency_us:g} us: {link.source}")
+    if g.fabric is not None:
+        fabric = catalog.fabrics[g.fabric]
+        if fabric.assumption:
+            out.append(f"{fabric.id} efficiency {fabric.efficiency:.0%}: {fabric.source}")
+        if fabric.nic is not None and catalog.nics[fabric.nic].price.assumption:
+            out.append(f"{fabric.nic} price: {catalog.nics[fabric.nic].price.source}")
+        switch = catalog.switches[fabric.switch]
+        if switch.price.assumption:
+            out.append(f"{switch.id} price: {switch.price.source}")
+    return out
 
 
 def _money(x: float) -> str:
@@ -177,8 +206,11 @@ def render_text(s: dict[str, Any], markdown: bool = False) -> str:
     lines.append(h("Assumptions"))
     lines.append(f"Prices as of {cost['prices_as_of']} (catalog); "
                  f"electricity ${cost['electricity_usd_per_kwh']:g}/kWh, "
-                 f"load factor {cost['load_factor']:g}. Rows marked ASSUMPTION in the bill of materials have no "
+                 f"load factor {cost['load_factor']:g}. Bill-of-materials rows marked * have no "
                  "published price: get a quote.")
+    if s["assumptions"]:
+        lines.append("This answer rests on figures no source gives (override them in catalogs/):")
+        lines += [f"- {a}" for a in s["assumptions"]]
     return "\n".join(lines) + "\n"
 
 
@@ -192,8 +224,10 @@ def _bom_table(rows: list[dict[str, Any]], markdown: bool) -> list[str]:
                        f"{_money(r['extended_price_usd'])} | {r['power_w'] / 1e3:,.2f} kW | {r['source']} |")
     else:
         for r in rows:
+            star = "*" if r["source"].startswith("ASSUMPTION") else " "
             out.append(f"{r['category']:<7} {r['sku']:<16} {r['quantity']:>5} x {_money(r['unit_price_usd']):>10}"
-                       f" = {_money(r['extended_price_usd']):>12}  {r['power_w'] / 1e3:>7,.2f} kW  {r['description']}")
+                       f"{star}= {_money(r['extended_price_usd']):>12}  {r['power_w'] / 1e3:>7,.2f} kW  "
+                       f"{r['description']}")
     total = sum(r["extended_price_usd"] for r in rows)
     out.append(f"{'' if markdown else 'total':<7} {'':<16} {'':>5}   {'':>10}   {_money(total):>12}"
                if not markdown else f"| **total** | | | | **{_money(total)}** | | |")
