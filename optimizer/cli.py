@@ -107,7 +107,7 @@ def estimate() -> None:
 @click.option("--pp", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--micro-batch", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--global-batch", type=click.IntRange(min=1), default=None,
-              help="Sequences per step (default: 4M tokens' worth).")
+              help="Sequences per step (default: about 4M tokens, a multiple of DP × micro-batch).")
 @click.option("--seq-len", type=click.IntRange(min=1), default=None, help="Default: the model's.")
 @click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="selective", show_default=True)
 @click.option("--sequence-parallel", is_flag=True, help="Shard LayerNorm/dropout activations over TP.")
@@ -141,8 +141,10 @@ def estimate_train(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, mic
                            f"To fix: use --gpus {max(1, gpus // (tp * pp)) * tp * pp}.")
     dp = gpus // (tp * pp)
     s = seq_len or model.seq_len
-    gb = global_batch or max(1, int(4e6 // s))
-    if gb % (dp * micro_batch):
+    per_step = dp * micro_batch
+    # default: about 4M tokens per step, rounded to whole micro-batches on every replica
+    gb = global_batch or max(1, round(4e6 / s / per_step)) * per_step
+    if gb % per_step:
         raise ProblemError(f"--global-batch {gb} is not a multiple of DP {dp} × micro-batch {micro_batch}. "
                            f"To fix: use --global-batch {max(1, gb // (dp * micro_batch)) * dp * micro_batch}.")
     server = _pick(catalog, "servers", server_id, [sv.id for sv in catalog.servers_for(gpu_id)], f"takes {gpu_id}")

@@ -134,3 +134,12 @@ def test_perf_is_pure():
                 assert name.split(".")[0] not in banned, f"{path.name} imports {name}"
                 if name.startswith("optimizer."):
                     assert name.startswith("optimizer.perf"), f"{path.name} imports {name}"
+
+
+def test_estimate_default_global_batch_fits_any_dp():
+    r = run("estimate", "train", "--model", "llama2-70b", "--gpu", "h100-sxm", "--gpus", "1024", "--tp", "8",
+            "--pp", "4", "--tokens", "2T", "--format", "json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["fits"] and out["tokens_per_step"] % (32 * 4096) == 0
+    assert 10 < out["days"] < 60
