@@ -43,12 +43,20 @@ class TrainResult:
         return tokens / self.tokens_per_s / 86400.0
 
 
+def collective_latency(n: int, link: Link) -> float:
+    """Fixed cost of one collective among ``n`` ranks.
+
+    The catalog's latency is that of one all-reduce among the 8 GPUs of a server (DESIGN.md:
+    ~20 µs on NVLink, ~30 µs on GeForce PCIe); a tree grows it with log2(n) beyond that.
+    """
+    return link.latency * max(1.0, math.log2(n) / 3.0)
+
+
 def allreduce_time(nbytes: float, n: int, link: Link) -> float:
-    """Ring all-reduce of ``nbytes`` among ``n`` ranks: 2(n−1)/n of it over the link."""
+    """Ring all-reduce of ``nbytes`` among ``n`` ranks: 2(n−1)/n of it crosses each link."""
     if n <= 1 or nbytes <= 0:
         return 0.0
-    steps = 2 * math.ceil(math.log2(n))
-    return 2.0 * (n - 1) / n * nbytes / link.effective_bw + steps * link.latency
+    return 2.0 * (n - 1) / n * nbytes / link.effective_bw + collective_latency(n, link)
 
 
 def p2p_time(nbytes: float, link: Link) -> float:

@@ -1,0 +1,124 @@
+"""Serving golden numbers: KV-cache sizes, and the seed's 8 x RTX 4090 vs 8 x H100 comparison.
+
+Each seed figure is reproduced twice: under the seed's own assumptions (its bandwidths, peaks,
+latencies, 100 % efficiency, a 70 B model) and by the model's own prediction from the catalog.
+Where the seed simplified, the difference is asserted to be exactly that simplification.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from optimizer.perf.serve import ServePlan, kv_bytes_per_token, serve
+from optimizer.perf.specs import Device, Efficiency, Hardware, Link, ModelSpec
+
+# Llama-2-70B's shape with the ffn width that makes the seed's "70 B" exact enough (70.0 B)
+SEED_70B = ModelSpec("seed-70b", 80, 8192, 64, 8, 29_192, 32_000, 4096, "swiglu")
+SEED = Efficiency(mem_bw=1.0, dp_overlap=0.0, tp_overlap=0.0, reserved_memory=0.0)
+
+
+def seed_hardware(mem_tbs: float, peak_tflops: float, link_gbs_one_way: float, latency_us: float,
+                  p2p: bool = True) -> Hardware:
+    dev = Device("seed-gpu", 1e15, mem_tbs * 1e12, (("fp16", peak_tflops * 1e12),), (("fp16", 1.0),))
+    link = Link("seed-link", link_gbs_one_way * 1e9, 1.0, latency_us * 1e-6)
+    return Hardware(dev, 8, link, 8, link)
+
+
+RTX4090 = seed_hardware(1.0, 330, 32, 30)
+H100 = seed_hardware(3.35, 1979, 450, 20)
+BATCH1 = ServePlan(tp=8, input_len=1, output_len=2, batch=1)  # a 1-token prompt: no KV cache to speak of
+
+
+def test_seed_model_is_70b():
+    from optimizer.perf.model import param_count
+
+    assert param_count(SEED_70B) / 1e9 == pytest.approx(70.0, abs=0.1)
+
+
+def test_kv_cache_sizes(catalog):
+    """2·L·kv_heads·head_dim·bytes: Llama-2-70B keeps 8 KV heads (GQA), 7B all 32 (MHA)."""
+    assert kv_bytes_per_token(catalog.models["llama2-70b"].spec()) == 327_680
+    assert kv_bytes_per_token(catalog.models["llama2-70b"].spec(), "fp8") == 163_840
+    assert kv_bytes_per_token(catalog.models["llama2-7b"].spec()) == 524_288
+    full_mha = ModelSpec("70b-mha", 80, 8192, 64, 64, 28672, 32000, 4096)
+    assert kv_bytes_per_token(full_mha) / 1e6 == pytest.approx(2.62, abs=0.01)
+
+
+def test_seed_batch1_tp8_on_4090_and_h100():
+    """17.5 ms + 160 × 30 µs = 22.3 ms → ≈ 45 tokens/s; 5.2 ms + 160 × 20 µs = 8.4 ms → ≈ 119."""
+    r4090 = serve(SEED_70B, RTX4090, BATCH1, SEED)
+    assert dict(r4090.decode_breakdown)["weights_read"] * 1e3 == pytest.approx(17.5, rel=0.01)
+    assert dict(r4090.decode_breakdown)["tp_comm"] * 1e3 == pytest.approx(4.8, rel=0.04)
+    assert 1 / r4090.decode_step == pytest.approx(45, abs=1)
+    rh100 = serve(SEED_70B, H100, BATCH1, SEED)
+    assert dict(rh100.decode_breakdown)["weights_read"] * 1e3 == pytest.approx(5.2, rel=0.01)
+    assert 1 / rh100.decode_step == pytest.approx(119, abs=2)
+
+
+def test_seed_batch1_pipeline_on_4090():
+    """8 stages one after another: 8 × 17.5 ms = 140 ms → ≈ 7 tokens/s."""
+    r = serve(SEED_70B, RTX4090, ServePlan(tp=1, pp=8, input_len=1, output_len=2, batch=1), SEED)
+    assert r.decode_step * 1e3 == pytest.approx(140, rel=0.01)
+    assert 1 / r.decode_step == pytest.approx(7, abs=0.2)
+
+
+def test_seed_saturated_throughput_and_where_it_simplified():
+    """The seed overlaps TP traffic with compute (double buffering): step = max(compute, comm).
+
+    H100: batch 590, compute 5.2 ms (with the *sparse* 1,979 TFLOPS) → 113 k tokens/s.
+    4090: batch 330, comm 160 × 5.4 MB / 32 GB/s = 27 ms → 12.2 k tokens/s. The seed sends
+    b·h·2 bytes per all-reduce; a ring all-reduce moves 2(t−1)/t of that, 1.75× at t = 8,
+    which is what the model charges.
+    """
+    overlap = Efficiency(mem_bw=1.0, dp_overlap=0.0, tp_overlap=1.0, reserved_memory=0.0)
+    plan = ServePlan(tp=8, input_len=1, output_len=2)
+    h100 = serve(SEED_70B, H100, ServePlan(**{**plan.__dict__, "batch": 590}), overlap)
+    parts = dict(h100.decode_breakdown)
+    assert parts["compute"] * 1e3 == pytest.approx(5.2, rel=0.02)  # 590 × 2 × 70e9 / 8 / 1,979 TFLOPS
+    assert parts["weights_read"] * 1e3 == pytest.approx(5.2, rel=0.02)  # the balance batch: both equal
+    seed_comm_h100 = 160 * 590 * 8192 * 2 / 450e9  # the seed rounds each transfer to 0.02 ms: 3.2 ms
+    assert seed_comm_h100 < parts["compute"]  # so the seed hides it entirely
+    assert 590 / max(parts["compute"], seed_comm_h100) / 1e3 == pytest.approx(113, rel=0.02)
+    ring_h100 = 160 * (2 * 7 / 8 * 590 * 8192 * 2 / 450e9 + 20e-6)
+    assert h100.decode_step == pytest.approx(max(ring_h100, parts["compute"]), rel=0.01)
+    seed_comm_4090 = 160 * 330 * 8192 * 2 / 32e9
+    assert seed_comm_4090 * 1e3 == pytest.approx(27, abs=0.1)
+    assert 330 / seed_comm_4090 / 1e3 == pytest.approx(12.2, abs=0.1)
+    r4090 = serve(SEED_70B, RTX4090, ServePlan(**{**plan.__dict__, "batch": 330}), overlap)
+    ring = 160 * (2 * 7 / 8 * 330 * 8192 * 2 / 32e9 + 30e-6)
+    assert r4090.decode_step == pytest.approx(ring, rel=0.01)
+    assert r4090.decode_step / seed_comm_4090 == pytest.approx(1.75 + 160 * 30e-6 / seed_comm_4090, rel=0.01)
+
+
+def tokens_per_dollar(tokens_per_s: float, capex: float, years: float, power_kw: float, usd_per_kwh: float) -> float:
+    per_hour = capex / (years * 8760) + power_kw * usd_per_kwh
+    return tokens_per_s * 3600 / per_hour
+
+
+def test_seed_tokens_per_dollar():
+    """8 × H100 + IB ≈ $300k over 3 years ($11.4/h) + 10 kW → 33 M tokens/$; 8 × 4090 ≈ $40k
+    ($1.52/h) + 5 kW → 22 M tokens/$."""
+    h100_per_hour = 300_000 / (3 * 8760)
+    assert h100_per_hour == pytest.approx(11.4, abs=0.05)
+    assert tokens_per_dollar(113e3, 300_000, 3, 10, 0.10) / 1e6 == pytest.approx(33, abs=0.5)
+    rig_per_hour = 40_000 / (3 * 8760)
+    assert rig_per_hour == pytest.approx(1.52, abs=0.01)
+    assert tokens_per_dollar(12.2e3, 40_000, 3, 5, 0.10) / 1e6 == pytest.approx(22, abs=0.5)
+
+
+def test_models_own_prediction_for_the_two_machines(catalog):
+    """The model with catalog data: dense peaks, real efficiencies, KV-limited batches, GQA."""
+    m = catalog.models["llama2-70b"].spec()
+    eff = catalog.efficiency
+    h100 = catalog.hardware("h100-sxm", "hgx-hopper-8", None)
+    r4090 = catalog.hardware("rtx-4090", "rig-8-consumer", None)
+    b1 = ServePlan(tp=8, input_len=128, output_len=128, batch=1)
+    assert 30 < 1 / serve(m, r4090, b1, eff).tpot < 45  # seed: ≈ 45 at 100 % bandwidth
+    assert 90 < 1 / serve(m, h100, b1, eff).tpot < 119  # seed: ≈ 119
+    pp = ServePlan(tp=1, pp=8, input_len=128, output_len=128, batch=1)
+    assert 4.5 < 1 / serve(m, r4090, pp, eff).tpot < 7.2  # seed: ≈ 7
+    sat = ServePlan(tp=8, input_len=512, output_len=512)
+    s_h100, s_4090 = serve(m, h100, sat, eff), serve(m, r4090, sat, eff)
+    assert s_h100.fits and s_4090.fits
+    assert s_h100.max_batch > 5 * s_4090.max_batch  # 80 GB vs 24 GB beside 17 GB of weights
+    assert s_h100.output_tokens_per_s > 5 * s_4090.output_tokens_per_s
