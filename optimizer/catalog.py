@@ -184,6 +184,18 @@ class EfficiencyFile(Record):
     dp_overlap: Sourced
     tp_overlap: Sourced | None = None
     reserved_memory_gb: Sourced
+    kv_memory_fraction: Sourced
+    decode_gemm_efficiency: Sourced
+    attention_bw_efficiency: Sourced
+
+    @model_validator(mode="after")
+    def _fractions(self) -> EfficiencyFile:
+        for name in ("mem_bw_efficiency", "dp_overlap", "kv_memory_fraction", "decode_gemm_efficiency",
+                     "attention_bw_efficiency"):
+            value = getattr(self, name).value
+            if not 0 < value <= 1:
+                raise ValueError(f"{name} must be a fraction in (0, 1], got {value}")
+        return self
 
     def efficiency(self) -> Efficiency:
         return Efficiency(
@@ -191,6 +203,9 @@ class EfficiencyFile(Record):
             dp_overlap=self.dp_overlap.value,
             tp_overlap=self.tp_overlap.value if self.tp_overlap else 0.0,
             reserved_memory=self.reserved_memory_gb.value * GB,
+            kv_memory_fraction=self.kv_memory_fraction.value,
+            decode_gemm=self.decode_gemm_efficiency.value,
+            attention_bw=self.attention_bw_efficiency.value,
         )
 
 

@@ -55,6 +55,7 @@ def main() -> None:
       gpuopt solve problems/lab_budget.yaml
       gpuopt solve problems/llama2_70b_pretrain.yaml --format json --bom bom.xlsx
       gpuopt estimate train --model llama2-7b --gpu a100-sxm-80gb --gpus 8 --tp 1 --pp 1
+      gpuopt estimate serve --model llama2-70b --gpu h100-sxm --gpus 8 --tp 8 --input-len 512 --output-len 256
       gpuopt catalog list
     """
 
@@ -129,13 +130,10 @@ def estimate_train(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, mic
     Example:
       gpuopt estimate train --model llama2-70b --gpu h100-sxm --gpus 1024 --tp 8 --pp 4 --tokens 2T
     """
-    from optimizer.problem import parse_quantity, resolve_model
+    from optimizer.problem import parse_quantity
 
     catalog = load_catalog(catalog_dir)
-    model = resolve_model(model_ref, catalog, Path.cwd() / "command-line", "--model")
-    if gpu_id not in catalog.gpus:
-        raise ProblemError(f"--gpu: unknown GPU '{gpu_id}'.{suggest(gpu_id, catalog.gpus)}"
-                           f" Known: {', '.join(sorted(catalog.gpus))}.")
+    model, server = _resolve(catalog, model_ref, gpu_id, server_id)
     if gpus % (tp * pp):
         raise ProblemError(f"--gpus {gpus} is not a multiple of TP {tp} × PP {pp} = {tp * pp}. "
                            f"To fix: use --gpus {max(1, gpus // (tp * pp)) * tp * pp}.")
@@ -147,7 +145,6 @@ def estimate_train(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, mic
     if gb % per_step:
         raise ProblemError(f"--global-batch {gb} is not a multiple of DP {dp} × micro-batch {micro_batch}. "
                            f"To fix: use --global-batch {max(1, gb // (dp * micro_batch)) * dp * micro_batch}.")
-    server = _pick(catalog, "servers", server_id, [sv.id for sv in catalog.servers_for(gpu_id)], f"takes {gpu_id}")
     srv = catalog.servers[server]
     if tp > srv.slots:
         raise ProblemError(f"--tp {tp} exceeds the {srv.slots} GPUs of one {server}. "
@@ -189,6 +186,98 @@ def estimate_train(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, mic
         click.echo(f"{out['days']:,.1f} days for {parse_quantity(tokens):.3g} tokens")
 
 
+@estimate.command("serve")
+@click.option("--model", "model_ref", required=True, help="Preset id (llama2-70b, …) or a YAML file with the shape.")
+@click.option("--gpu", "gpu_id", required=True, help="GPU id from the catalog (gpuopt catalog list).")
+@click.option("--gpus", type=click.IntRange(min=1), required=True,
+              help="GPUs in the group: replicas × TP × PP.")
+@click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--pp", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--precision", type=click.Choice(["fp16", "bf16", "fp8", "int8", "int4"]), default="fp16",
+              show_default=True, help="Weights; int8/int4 are weight-only with fp16 math.")
+@click.option("--kv-precision", type=click.Choice(["fp16", "bf16", "fp8"]), default="fp16", show_default=True)
+@click.option("--input-len", type=click.IntRange(min=1), required=True, help="Prompt tokens per request.")
+@click.option("--output-len", type=click.IntRange(min=1), required=True, help="Generated tokens per request.")
+@click.option("--batch", type=click.IntRange(min=1), default=None, help="Sequences in flight per replica.")
+@click.option("--concurrency", type=click.IntRange(min=1), default=None,
+              help="Requests in flight across the whole group (split over the replicas).")
+@click.option("--server", "server_id", default=None, help="Server id (default: the first that takes the GPU).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@catalog_option
+@handle_errors
+def estimate_serve(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, precision: str, kv_precision: str,
+                   input_len: int, output_len: int, batch: int | None, concurrency: int | None,
+                   server_id: str | None, fmt: str, catalog_dir: Path | None) -> None:
+    """Memory, TTFT, time per output token and throughput of a serving group.
+
+    Without --batch or --concurrency it reports the saturated case: the largest batch that
+    fits, as a benchmark at maximum load runs it.
+
+    \b
+    Example:
+      gpuopt estimate serve --model llama2-70b --gpu h100-sxm --gpus 8 --tp 8 --input-len 512 --output-len 256
+    """
+    from optimizer.perf.serve import ServePlan, serve
+
+    catalog = load_catalog(catalog_dir)
+    model, server = _resolve(catalog, model_ref, gpu_id, server_id)
+    if batch is not None and concurrency is not None:
+        raise ProblemError("give --batch or --concurrency, not both.")
+    if gpus % (tp * pp):
+        raise ProblemError(f"--gpus {gpus} is not a multiple of TP {tp} × PP {pp} = {tp * pp}. "
+                           f"To fix: use --gpus {max(1, gpus // (tp * pp)) * tp * pp}.")
+    if tp * pp > catalog.servers[server].slots:
+        raise ProblemError(f"TP {tp} × PP {pp} exceeds the {catalog.servers[server].slots} GPUs of one {server}; "
+                           "serving replicas stay inside a server. To fix: lower TP or PP.")
+    replicas = gpus // (tp * pp)
+    per_replica = batch if batch is not None else (-(-concurrency // replicas) if concurrency else None)
+    plan = ServePlan(tp=tp, pp=pp, precision=precision, kv_precision=kv_precision, input_len=input_len,
+                     output_len=output_len, batch=per_replica)
+    try:
+        r = serve(model, catalog.hardware(gpu_id, server, None), plan, catalog.efficiency)
+    except ValueError as exc:
+        raise ProblemError(f"--precision {precision}: {exc}.") from None
+    out = {
+        "model": model.name, "gpu": gpu_id, "server": server, "gpus": gpus, "replicas": replicas,
+        "tp": tp, "pp": pp, "precision": precision, "kv_precision": kv_precision,
+        "input_len": input_len, "output_len": output_len, "fits": r.fits, "max_batch": r.max_batch,
+        "batch_per_replica": r.batch, "memory_gb_per_gpu": r.memory_per_gpu / 1e9,
+        "memory_capacity_gb": r.memory_capacity / 1e9,
+        "memory_breakdown_gb": {k: v / 1e9 for k, v in r.memory_breakdown},
+        "ttft_ms": r.ttft * 1e3, "tpot_ms": r.tpot * 1e3, "decode_step_ms": r.decode_step * 1e3,
+        "decode_breakdown_ms": {k: v * 1e3 for k, v in r.decode_breakdown},
+        "output_tokens_per_s": r.output_tokens_per_s * replicas,
+        "total_tokens_per_s": r.total_tokens_per_s * replicas,
+        "requests_per_s": r.requests_per_s * replicas,
+    }
+    if fmt == "json":
+        click.echo(json.dumps(out, indent=2, sort_keys=True))
+        return
+    verdict = "fits" if r.fits else "DOES NOT FIT"
+    click.echo(f"{model.name} on {gpus} x {gpu_id} ({server}): {replicas} replica(s) of TP={tp} PP={pp}, "
+               f"{precision} weights, {kv_precision} KV cache, {input_len} in / {output_len} out")
+    click.echo(f"memory per GPU {out['memory_gb_per_gpu']:,.1f} of {out['memory_capacity_gb']:,.0f} GB ({verdict}) "
+               f"at batch {r.batch} per replica (max {r.max_batch}): "
+               + ", ".join(f"{k} {v:,.1f}" for k, v in out["memory_breakdown_gb"].items()))
+    click.echo(f"TTFT {out['ttft_ms']:,.1f} ms, TPOT {out['tpot_ms']:,.1f} ms (decode step "
+               f"{out['decode_step_ms']:,.1f} ms: " + ", ".join(
+                   f"{k} {v:,.2f}" for k, v in out["decode_breakdown_ms"].items() if v) + ")")
+    click.echo(f"{out['output_tokens_per_s']:,.0f} output tokens/s, {out['total_tokens_per_s']:,.0f} total "
+               f"tokens/s, {out['requests_per_s']:,.2f} requests/s for the group")
+
+
+def _resolve(catalog: Catalog, model_ref: str, gpu_id: str, server_id: str | None):
+    """The --model, --gpu and --server of an estimate, checked against the catalog."""
+    from optimizer.problem import resolve_model
+
+    model = resolve_model(model_ref, catalog, Path.cwd() / "command-line", "--model")
+    if gpu_id not in catalog.gpus:
+        raise ProblemError(f"--gpu: unknown GPU '{gpu_id}'.{suggest(gpu_id, catalog.gpus)}"
+                           f" Known: {', '.join(sorted(catalog.gpus))}.")
+    server = _pick(catalog, "servers", server_id, [sv.id for sv in catalog.servers_for(gpu_id)], f"takes {gpu_id}")
+    return model, server
+
+
 def _pick(catalog: Catalog, kind: str, wanted: str | None, allowed: list[str], why: str) -> str:
     if not allowed:
         raise ProblemError(f"no {kind[:-1]} in the catalog {why}.")
@@ -198,6 +287,54 @@ def _pick(catalog: Catalog, kind: str, wanted: str | None, allowed: list[str], w
         raise ProblemError(f"--{kind[:-1]} '{wanted}' is not one that {why}.{suggest(wanted, allowed)}"
                            f" Choose from: {', '.join(allowed)}.")
     return wanted
+
+
+@main.command("validate")
+@click.option("--data", "data_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="A CSV of published serving runs (default: calibration/serving_runs.csv).")
+@click.option("--format", "fmt", type=click.Choice(["text", "csv", "json"]), default="text", show_default=True)
+@catalog_option
+@handle_errors
+def validate_cmd(data_file: Path | None, fmt: str, catalog_dir: Path | None) -> None:
+    """Predicted versus measured throughput and latency for every row the model can express.
+
+    Rows it cannot express are listed with the reason; the median and 90th-percentile
+    absolute error close the report.
+
+    \b
+    Example:
+      gpuopt validate --format csv > errors.csv
+    """
+    from optimizer.calibrate import default_data_dir, render, validate_serving
+
+    cat = load_catalog(catalog_dir)
+    report = validate_serving(data_file or default_data_dir() / "serving_runs.csv", cat)
+    click.echo(render(report, fmt), nl=False)
+
+
+@main.command("fit")
+@click.option("--data", "data_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="A CSV of published serving runs (default: calibration/serving_runs.csv).")
+@catalog_option
+@handle_errors
+def fit_cmd(data_file: Path | None, catalog_dir: Path | None) -> None:
+    """Refit the serving efficiency parameters from published runs (deterministic grid search).
+
+    Prints the values to put in catalogs/efficiency.yaml and catalogs/network.yaml.
+    """
+    from optimizer.calibrate import FIT_GRID, PCIE_LINKS, default_data_dir, fit_serving
+
+    cat = load_catalog(catalog_dir)
+    path = data_file or default_data_dir() / "serving_runs.csv"
+    fit = fit_serving(path, cat)
+    click.echo(f"searched {', '.join(f'{k} {list(v)}' for k, v in FIT_GRID.items())}")
+    click.echo(f"best on {fit.rows} rows of {path}: median |error| {fit.median:.1%}, "
+               f"90th percentile {fit.p90:.1%} (output tokens/s)")
+    p = fit.params
+    click.echo("catalogs/efficiency.yaml:")
+    click.echo(f"  mem_bw_efficiency: {p['mem_bw']:g}\n  attention_bw_efficiency: {p['attention_bw']:g}\n"
+               f"  decode_gemm_efficiency: {p['decode_gemm']:g}")
+    click.echo(f"catalogs/network.yaml: efficiency {p['pcie_efficiency']:g} for {', '.join(PCIE_LINKS)}")
 
 
 @main.group()

@@ -98,7 +98,7 @@ def serve_memory(m: ModelSpec, plan: ServePlan, batch: int, eff: Efficiency) -> 
 def max_batch(m: ModelSpec, hw: Hardware, plan: ServePlan, eff: Efficiency) -> int:
     """Largest number of full-length sequences whose KV cache fits beside the weights."""
     fixed = serve_memory(m, plan, 0, eff)
-    free = hw.device.memory - sum(fixed.values())
+    free = (hw.device.memory - sum(fixed.values())) * eff.kv_memory_fraction
     per_seq = (plan.input_len + plan.output_len) * kv_bytes_per_token_per_gpu(m, plan)
     return max(0, int(free // per_seq))
 
@@ -115,29 +115,35 @@ def decode_step(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int,
                 eff: Efficiency) -> tuple[float, dict[str, float]]:
     """Time for every one of ``batch`` sequences to produce one token, and its parts.
 
-    Per stage and micro-batch: max(memory time, compute time) + TP all-reduces (exposed part)
-    + the send to the next stage. With PP the batch splits into min(pp, batch) micro-batches
+    Per stage and micro-batch: the GEMMs over the weights on their roofline, then attention over
+    the KV cache on its own, + TP all-reduces (exposed part) + the send to the next stage. With PP the batch splits into min(pp, batch) micro-batches
     that chase each other through the stages, so a step takes max(micro-batches, pp) stage slots.
     """
     layers = math.ceil(m.layers / plan.pp)
     context = plan.input_len + plan.output_len / 2.0  # mean context over a sequence's life
     micro = min(plan.pp, batch)
     mb = batch / micro
+    bw = hw.device.mem_bw * eff.mem_bw
+    rate = _compute_rate(hw, plan.precision)
     weights_gpu = weight_bytes(m, plan.precision) / plan.gpus
     kv_read = mb * context * kv_bytes_per_token_per_gpu(m, plan)
-    memory = (weights_gpu + kv_read) / (hw.device.mem_bw * eff.mem_bw)
-    flops_token = (2.0 * shape.matmul_params_per_layer(m) * m.layers + 4.0 * context * m.hidden * m.layers
-                   + 2.0 * m.vocab * m.hidden) / plan.gpus
-    compute = mb * flops_token / _compute_rate(hw, plan.precision)
-    work = max(memory, compute)
+    # the projections/MLP (a GEMM over the weights) and attention (over each sequence's KV
+    # cache) are separate kernels, each on its own roofline, run one after the other
+    gemm_flops = mb * (2.0 * shape.matmul_params_per_layer(m) * m.layers + 2.0 * m.vocab * m.hidden) / plan.gpus
+    attn_flops = mb * 4.0 * context * m.hidden * m.layers / plan.gpus
+    gemm = max(weights_gpu / bw, gemm_flops / (rate * eff.decode_gemm))
+    attention = max(kv_read / (hw.device.mem_bw * eff.attention_bw), attn_flops / rate)
+    compute = gemm_flops / rate + attn_flops / rate
+    work = gemm + attention
     comm = layers * 2 * _tp_allreduce(mb * m.hidden * ACT_BYTES, hw, plan)
     exposed = comm - min(eff.tp_overlap * comm, work)
     send = p2p_time(mb * m.hidden * ACT_BYTES, _stage_link(hw, plan)) if plan.pp > 1 else 0.0
     stage = work + exposed + send
     slots = max(micro, plan.pp)
-    parts = {"weights_read": slots * weights_gpu / (hw.device.mem_bw * eff.mem_bw),
-             "kv_read": slots * kv_read / (hw.device.mem_bw * eff.mem_bw),
-             "compute": slots * compute, "tp_comm": slots * exposed, "pp_send": slots * send}
+    parts = {"weights_read": slots * weights_gpu / bw,
+             "kv_read": slots * kv_read / (hw.device.mem_bw * eff.attention_bw),
+             "compute": slots * compute, "gemm": slots * gemm, "attention": slots * attention,
+             "tp_comm": slots * exposed, "pp_send": slots * send}
     return slots * stage, parts
 
 

@@ -97,10 +97,13 @@ class Hardware:
 class Efficiency:
     """Factors of the model that belong to no single GPU or link (catalogs/efficiency.yaml)."""
 
-    mem_bw: float = 0.8
+    mem_bw: float = 0.8  # streaming weights and optimizer state
     dp_overlap: float = 0.5
     tp_overlap: float = 0.0
     reserved_memory: float = 2e9  # bytes
+    kv_memory_fraction: float = 1.0  # share of free memory a serving engine gives the KV cache
+    decode_gemm: float = 1.0  # decode GEMMs' efficiency relative to the GPU's matmul efficiency
+    attention_bw: float = 0.8  # achieved fraction of memory bandwidth reading the KV cache
 
 
 @dataclass(frozen=True)
