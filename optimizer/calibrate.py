@@ -210,7 +210,8 @@ def render(report: Report, fmt: str) -> str:
         return "\n".join(lines) + "\n"
     out = [f"{'id':<20} {'metric':<20} {'measured':>10} {'predicted':>10} {'error':>8}  configuration"]
     for c in report.comparisons:
-        out.append(f"{c.row:<20} {c.metric:<20} {c.measured:>10,.1f} {c.predicted:>10,.1f} {c.error:>+8.1%}  {c.config}")
+        out.append(f"{c.row:<20} {c.metric:<20} {c.measured:>10,.1f} {c.predicted:>10,.1f} {c.error:>+8.1%}  "
+                   f"{c.config}")
     if report.skipped:
         out.append(f"\nrows the model cannot express ({len(report.skipped)}):")
         out += [f"  {i}: {r}" for i, r in report.skipped]

@@ -116,8 +116,9 @@ def decode_step(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int,
     """Time for every one of ``batch`` sequences to produce one token, and its parts.
 
     Per stage and micro-batch: the GEMMs over the weights on their roofline, then attention over
-    the KV cache on its own, + TP all-reduces (exposed part) + the send to the next stage. With PP the batch splits into min(pp, batch) micro-batches
-    that chase each other through the stages, so a step takes max(micro-batches, pp) stage slots.
+    the KV cache on its own, + TP all-reduces (exposed part) + the send to the next stage. With
+    PP the batch splits into min(pp, batch) micro-batches that chase each other through the
+    stages, so a step takes max(micro-batches, pp) stage slots.
     """
     layers = math.ceil(m.layers / plan.pp)
     context = plan.input_len + plan.output_len / 2.0  # mean context over a sequence's life
