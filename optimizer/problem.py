@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 from optimizer.catalog import Catalog
 from optimizer.errors import ProblemError, suggest
@@ -69,6 +69,48 @@ class GlobalBatch(Strict):
     max_seqs: int | None = Field(default=None, ge=1)
     min_seqs: int = Field(default=1, ge=1)
     max_tokens: Quantity | None = None
+
+
+class RequestClass(Strict):
+    """One kind of request a serving cluster must sustain, with its latency limits."""
+
+    name: str
+    input_len: int = Field(ge=1, le=1_000_000)
+    output_len: int = Field(ge=1, le=1_000_000)
+    output_tokens_per_s: Quantity | None = None
+    requests_per_s: float | None = Field(default=None, gt=0)
+    ttft_ms: float | None = Field(default=None, gt=0)
+    tpot_ms: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _one_demand(self) -> RequestClass:
+        if (self.output_tokens_per_s is None) == (self.requests_per_s is None):
+            raise ValueError("give exactly one of output_tokens_per_s and requests_per_s")
+        if self.output_tokens_per_s is not None and parse_quantity(self.output_tokens_per_s) <= 0:
+            raise ValueError("output_tokens_per_s must be positive")
+        return self
+
+    @property
+    def demand(self) -> float:
+        """Output tokens per second to sustain."""
+        if self.output_tokens_per_s is not None:
+            return parse_quantity(self.output_tokens_per_s)
+        return (self.requests_per_s or 0.0) * self.output_len
+
+
+class ServeWorkload(Strict):
+    kind: Literal["serve"]
+    model: str | InlineModel
+    precisions: tuple[Literal["fp16", "bf16", "fp8", "int8", "int4"], ...] = ("fp16",)
+    kv_precision: Literal["fp16", "bf16", "fp8"] = "fp16"
+    classes: tuple[RequestClass, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique(self) -> ServeWorkload:
+        names = [c.name for c in self.classes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"request class names must be unique, got {names}")
+        return self
 
 
 class Workload(Strict):
@@ -133,11 +175,18 @@ class SolverOptions(Strict):
     mip_gap: float = Field(default=1e-6, ge=0, le=1)
 
 
+def _workload_kind(value: object) -> str:
+    """Which workload schema applies: ``kind`` when given, training otherwise."""
+    kind = value.get("kind", "train") if isinstance(value, dict) else getattr(value, "kind", "train")
+    return kind if kind in ("train", "serve") else "train"
+
+
 class ProblemFile(Strict):
     schema_version: int
     name: str
     description: str = ""
-    workload: Workload
+    workload: Annotated[Annotated[Workload, Tag("train")] | Annotated[ServeWorkload, Tag("serve")],
+                        Discriminator(_workload_kind)]
     objective: Literal["min_cost", "min_time"]
     deadline_days: float | None = Field(default=None, gt=0)
     budget: Budget | None = None
@@ -149,6 +198,18 @@ class ProblemFile(Strict):
 
 
 @dataclass(frozen=True)
+class Demand:
+    """A request class in SI units: output tokens/s to sustain, latency limits in seconds."""
+
+    name: str
+    input_len: int
+    output_len: int
+    output_tokens_per_s: float
+    ttft_s: float | None
+    tpot_s: float | None
+
+
+@dataclass(frozen=True)
 class Problem:
     """A validated problem, in SI units and catalog ids."""
 
@@ -157,8 +218,8 @@ class Problem:
     description: str
     model: ModelSpec
     model_id: str
-    tokens: float
-    precision: str
+    tokens: float  # training tokens (0 for serving)
+    precision: str  # training precision
     seq_len: int
     min_global_batch: int  # sequences per step
     max_global_batch: int
@@ -178,6 +239,14 @@ class Problem:
     max_gpus: int
     search: Search
     solver: SolverOptions
+    kind: str = "train"
+    demands: tuple[Demand, ...] = ()
+    serve_precisions: tuple[str, ...] = ()
+    kv_precision: str = "fp16"
+
+    @property
+    def total_demand(self) -> float:
+        return sum(d.output_tokens_per_s for d in self.demands)
 
 
 def _check_ids(path: Path, field: str, ids: tuple[str, ...], table: dict) -> None:
@@ -213,10 +282,14 @@ def load_problem(path: Path | str, catalog: Catalog) -> Problem:
     spec: ProblemFile = validate(ProblemFile, data, path, ProblemError)
     w = spec.workload
     model = resolve_model(w.model, catalog, path)
-    seq_len = w.seq_len or model.seq_len
-    tokens = parse_quantity(w.tokens)
+    serving = isinstance(w, ServeWorkload)
+    seq_len = model.seq_len if serving else (w.seq_len or model.seq_len)
+    tokens = 0.0 if serving else parse_quantity(w.tokens)
 
-    if spec.objective == "min_cost" and spec.deadline_days is None:
+    if serving and spec.objective != "min_cost":
+        raise ProblemError(f"{path}: field 'objective': a serving workload is planned at minimum cost for its "
+                           "demand. To fix: use objective: min_cost (the demand is in workload.classes).")
+    if spec.objective == "min_cost" and spec.deadline_days is None and not serving:
         raise ProblemError(f"{path}: objective min_cost needs 'deadline_days'. To fix: add deadline_days: 30,"
                            " or use objective: min_time with a budget.")
     if spec.objective == "min_time" and spec.budget is None and spec.site.power_cap_kw is None:
@@ -226,7 +299,7 @@ def load_problem(path: Path | str, catalog: Catalog) -> Problem:
     if budget is not None and budget <= 0:
         raise ProblemError(f"{path}: field 'budget.usd': must be positive (got {spec.budget.usd!r}).")
 
-    gb = w.global_batch
+    gb = GlobalBatch(max_seqs=1) if serving else w.global_batch
     max_seqs = gb.max_seqs
     if max_seqs is None:
         max_tokens = parse_quantity(gb.max_tokens) if gb.max_tokens is not None else 4e6
@@ -255,7 +328,7 @@ def load_problem(path: Path | str, catalog: Catalog) -> Problem:
         model=model,
         model_id=w.model if isinstance(w.model, str) else model.name,
         tokens=tokens,
-        precision=w.precision,
+        precision="bf16" if serving else w.precision,
         seq_len=seq_len,
         min_global_batch=gb.min_seqs,
         max_global_batch=max_seqs,
@@ -275,4 +348,10 @@ def load_problem(path: Path | str, catalog: Catalog) -> Problem:
         max_gpus=hw.max_gpus,
         search=spec.search,
         solver=spec.solver,
+        kind="serve" if serving else "train",
+        demands=tuple(Demand(c.name, c.input_len, c.output_len, c.demand,
+                             c.ttft_ms / 1e3 if c.ttft_ms else None, c.tpot_ms / 1e3 if c.tpot_ms else None)
+                      for c in w.classes) if serving else (),
+        serve_precisions=tuple(dict.fromkeys(w.precisions)) if serving else (),
+        kv_precision=w.kv_precision if serving else "fp16",
     )

@@ -55,27 +55,52 @@ def _entry_label(data: Any, loc: tuple[Any, ...]) -> tuple[str, tuple[Any, ...]]
 
 def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
     """Field names allowed at ``loc`` (for a close-match suggestion on an unknown key)."""
-    current: Any = model
+    candidates: list[Any] = [model]
     for part in loc[:-1]:
         if isinstance(part, int):
             continue
-        fields = getattr(current, "model_fields", {})
-        if part not in fields:
-            return []
-        ann = fields[part].annotation
-        for arg in (*getattr(ann, "__args__", ()), ann):
-            for inner in (*getattr(arg, "__args__", ()), arg):
-                if isinstance(inner, type) and issubclass(inner, BaseModel):
-                    current = inner
-                    break
-    return list(getattr(current, "model_fields", {}))
+        nested: list[Any] = []
+        for current in candidates:
+            fields = getattr(current, "model_fields", {})
+            if part in fields:
+                nested += _models_in(fields[part].annotation)
+        candidates = nested or candidates
+    names: list[str] = []
+    for current in candidates:
+        names += [n for n in getattr(current, "model_fields", {}) if n not in names]
+    return names
+
+
+def _models_in(annotation: Any) -> list[Any]:
+    """The pydantic models inside an annotation (through Optional, unions, Annotated, tuples)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    found: list[Any] = []
+    for arg in getattr(annotation, "__args__", ()):
+        found += _models_in(arg)
+    return found
+
+
+def _data_path(data: Any, loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``loc`` without the tags pydantic inserts for tagged unions (parts the data does not have),
+    keeping the last part (a missing field is, by definition, not in the data)."""
+    node, kept = data, []
+    for i, part in enumerate(loc):
+        present = (isinstance(node, dict) and part in node) or (
+            isinstance(node, list) and isinstance(part, int) and part < len(node))
+        if present:
+            node = node[part]
+            kept.append(part)
+        elif i == len(loc) - 1 or not isinstance(part, str) or not isinstance(node, dict):
+            kept.append(part)
+    return tuple(kept)
 
 
 def format_errors(exc: ValidationError, path: Path, data: Any, model: type[BaseModel]) -> str:
     """One line per pydantic error: file, entry, field, what was wrong, how to fix it."""
     lines = []
     for err in exc.errors():
-        loc = tuple(err["loc"])
+        loc = _data_path(data, tuple(err["loc"]))
         entry, rest = _entry_label(data, loc)
         field = ".".join(str(p) for p in rest) or "(entry)"
         where = f"{entry}: field '{field}'" if entry else f"field '{'.'.join(str(p) for p in loc)}'"

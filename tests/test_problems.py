@@ -84,7 +84,7 @@ def test_dominance_pruning_keeps_the_optimum(catalog):
     t = targets_of(problem)
     pruned_opt = solve(table, t, "ortools", 60).objective
     # rebuild the unpruned table by re-enumerating with pruning disabled
-    import optimizer.plans as plans
+    import optimizer.plans.train as plans
 
     original = plans.prune_dominated
     try:

@@ -14,7 +14,7 @@ sequence is replaced by a new one whose prompt is prefilled, compute-bound, betw
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from optimizer.perf import model as shape
 from optimizer.perf.specs import Efficiency, Hardware, ModelSpec
@@ -50,7 +50,7 @@ class ServeResult:
     memory_per_gpu: float  # bytes at ``batch``
     memory_capacity: float
     memory_breakdown: tuple[tuple[str, float], ...]
-    ttft: float  # s, prefill of one prompt on an idle replica
+    ttft: float  # s, prefill of one prompt, plus the decode step in progress when the replica is busy
     tpot: float  # s, mean time between output tokens of one sequence at ``batch``
     decode_step: float  # s, one decode step of the whole batch
     output_tokens_per_s: float  # whole replica
@@ -182,7 +182,7 @@ def serve(m: ModelSpec, hw: Hardware, plan: ServePlan, eff: Efficiency) -> Serve
         memory_per_gpu=sum(memory.values()),
         memory_capacity=hw.device.memory,
         memory_breakdown=tuple(memory.items()),
-        ttft=prefill_time(m, hw, plan, 1, eff),
+        ttft=prefill_time(m, hw, plan, 1, eff) + (step if batch > 1 else 0.0),
         tpot=tpot,
         decode_step=step,
         output_tokens_per_s=out_rate,
@@ -193,18 +193,22 @@ def serve(m: ModelSpec, hw: Hardware, plan: ServePlan, eff: Efficiency) -> Serve
     return result
 
 
-def batch_at_tpot(m: ModelSpec, hw: Hardware, plan: ServePlan, eff: Efficiency, tpot_limit: float) -> int:
-    """Largest batch (up to what fits) whose time per output token stays within ``tpot_limit``;
-    0 when even one sequence is too slow. TPOT grows with the batch, so bisection finds it."""
-    from dataclasses import replace
+def batch_at_slo(m: ModelSpec, hw: Hardware, plan: ServePlan, eff: Efficiency, tpot_limit: float | None = None,
+                 ttft_limit: float | None = None) -> int:
+    """Largest batch (up to what fits) whose TPOT and TTFT stay within their limits (None: no
+    limit); 0 when even one sequence misses. Both grow with the batch, so bisection finds it."""
+
+    def ok(batch: int) -> bool:
+        r = serve(m, hw, replace(plan, batch=batch), eff)
+        return (tpot_limit is None or r.tpot <= tpot_limit) and (ttft_limit is None or r.ttft <= ttft_limit)
 
     cap = max_batch(m, hw, plan, eff)
-    if cap < 1 or serve(m, hw, replace(plan, batch=1), eff).tpot > tpot_limit:
+    if cap < 1 or not ok(1):
         return 0
     lo, hi = 1, cap
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if serve(m, hw, replace(plan, batch=mid), eff).tpot <= tpot_limit:
+        if ok(mid):
             lo = mid
         else:
             hi = mid - 1

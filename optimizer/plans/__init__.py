@@ -1,0 +1,227 @@
+"""Stage 4: candidate plans the MIP chooses from, with the reason for everything dropped.
+
+``plans.train`` enumerates training templates (one is chosen, with its data-parallel degree);
+``plans.serve`` enumerates serving replica types (integer counts of several may be mixed).
+Both prune dominated candidates exactly and share the hardware groups defined here.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from optimizer.catalog import Catalog
+from optimizer.perf.serve import ServePlan
+from optimizer.perf.specs import TrainPlan
+from optimizer.problem import Problem
+
+
+@dataclass(frozen=True)
+class Group:
+    """One hardware choice: a GPU in a server type, on a fabric (None: a single server)."""
+
+    gpu: str
+    server: str
+    fabric: str | None
+    slots: int
+    full_only: bool
+    gpu_usd: float
+    server_usd: float
+    gpu_w: float
+    server_w: float
+    ports_per_server: int  # switch ports each server uses (0 without fabric)
+    port_usd: float  # NIC cost per port (incl. cable where the catalog says so)
+    port_w: float
+    switch_ports: int
+    switch_usd: float
+    switch_w: float
+
+    role: str = "train"  # train: without a fabric, one server; serve: independent replicas
+
+    @property
+    def key(self) -> str:
+        if self.fabric is not None:
+            return f"{self.gpu}/{self.server}/{self.fabric}"
+        return f"{self.gpu}/{self.server}/{'single-node' if self.role == 'train' else 'replicas'}"
+
+    @property
+    def single_server(self) -> bool:
+        return self.fabric is None and self.role == "train"
+
+    @property
+    def min_capex(self) -> float:
+        gpus = self.slots if self.full_only else 1
+        return gpus * self.gpu_usd + self.server_usd
+
+    @property
+    def min_power_w(self) -> float:
+        gpus = self.slots if self.full_only else 1
+        return gpus * self.gpu_w + self.server_w
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A plan template; the MIP picks one and its integer data-parallel degree."""
+
+    key: str
+    group: str
+    plan: TrainPlan  # dp is dp_max, where throughput was evaluated
+    dp_min: int
+    dp_max: int
+    replica_tokens_per_s: float
+    memory_gb: float  # per GPU at dp_min
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.plan.tp * self.plan.pp
+
+
+@dataclass(frozen=True)
+class ServeCandidate:
+    """A serving replica type for one request class; the MIP picks how many of each."""
+
+    key: str
+    group: str
+    demand: str  # request class name
+    plan: ServePlan  # batch is the largest that meets the class's latency limits
+    tokens_per_s: float  # output tokens/s of one replica
+    ttft_s: float
+    tpot_s: float
+    memory_gb: float
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.plan.tp * self.plan.pp
+
+
+@dataclass(frozen=True)
+class PlanTable:
+    """What the solver sees: candidates, the hardware groups they use, and what was dropped."""
+
+    candidates: tuple[Candidate, ...]
+    groups: dict[str, Group]
+    dropped: Counter = field(default_factory=Counter)  # reason class → templates
+    gpu_reasons: dict[str, str] = field(default_factory=dict)  # gpu id → why it has no candidate
+    enumerated: int = 0
+    pruned: int = 0
+    serving: tuple[ServeCandidate, ...] = ()
+
+
+def build_groups(problem: Problem, catalog: Catalog, gpu_id: str, role: str = "train") -> list[Group]:
+    """The hardware groups a GPU can be bought in: each server type that takes it, alone or (for
+    training) on each fabric the server supports; serving replicas need no fabric."""
+    groups = []
+    gpu = catalog.gpus[gpu_id]
+    for server in catalog.servers_for(gpu_id):
+        if server.id in problem.exclude_servers:
+            continue
+        fabrics: list[str | None] = [None]
+        if role == "train":
+            fabrics += [f for f in server.fabrics if f not in problem.exclude_fabrics]
+        for fid in fabrics:
+            ports = port_usd = port_w = 0.0
+            switch_ports, switch_usd, switch_w = 0, 0.0, 0.0
+            if fid is not None:
+                fabric = catalog.fabrics[fid]
+                ports, _ = catalog.fabric_ports(fabric)
+                if fabric.nic is not None:
+                    nic = catalog.nics[fabric.nic]
+                    port_usd, port_w = nic.price.usd / nic.ports, nic.power_w / nic.ports
+                switch = catalog.switches[fabric.switch]
+                switch_ports, switch_usd, switch_w = switch.ports, switch.price.usd, switch.power_w
+            groups.append(Group(gpu_id, server.id, fid, server.slots, server.full_only, gpu.price.usd,
+                                server.price.usd, gpu.tdp_w, server.base_power_w, int(ports), port_usd,
+                                port_w, switch_ports, switch_usd, switch_w, role))
+    return groups
+
+
+def max_gpus(problem: Problem, g: Group) -> int:
+    """Most GPUs of this group any feasible answer can use.
+
+    n GPUs cost at least n·(GPU + server/slots) and draw at least n·(GPU + server/slots) watts,
+    so the budget (capex ≤ TCO) and the power cap bound n; a valid bound keeps pruning exact.
+    """
+    n = problem.max_gpus
+    if problem.budget_usd is not None:
+        n = min(n, int(problem.budget_usd // (g.gpu_usd + g.server_usd / g.slots)))
+    if problem.power_cap_w is not None:
+        n = min(n, int(problem.power_cap_w // (g.gpu_w + g.server_w / g.slots)))
+    return max(n, 0)
+
+
+def group_affordable(problem: Problem, g: Group) -> bool:
+    if problem.power_cap_w is not None and g.min_power_w > problem.power_cap_w:
+        return False
+    return not (problem.budget_usd is not None and problem.budget_covers == "capex"
+                and g.min_capex > problem.budget_usd)
+
+
+def group_reason(problem: Problem, g: Group) -> str:
+    if problem.power_cap_w is not None and g.min_power_w > problem.power_cap_w:
+        return (f"power: one {g.server} server needs {g.min_power_w / 1e3:,.1f} kW, "
+                f"cap {problem.power_cap_w / 1e3:,.1f} kW")
+    return f"budget: the smallest purchase ({g.server}) costs ${g.min_capex:,.0f}, budget ${problem.budget_usd:,.0f}"
+
+
+def dominates(a: Candidate, b: Candidate) -> bool:
+    """True when every GPU count ``b`` can use, ``a`` can use too, at no less throughput.
+
+    Same hardware group; ``a``'s GPUs per replica divide ``b``'s (k = ratio), so ``b`` at dp
+    uses the GPUs of ``a`` at k·dp; ``a``'s dp range covers k·[b.dp_min, b.dp_max]; and ``a``
+    yields at least as many tokens/s per GPU. Then any MIP solution using ``b`` is matched by
+    one using ``a`` with the same GPUs, servers, network, cost and power, so pruning is exact.
+    """
+    if a.group != b.group or b.gpus_per_replica % a.gpus_per_replica:
+        return False
+    k = b.gpus_per_replica // a.gpus_per_replica
+    return (a.dp_min <= k * b.dp_min and a.dp_max >= k * b.dp_max
+            and a.replica_tokens_per_s / a.gpus_per_replica >= b.replica_tokens_per_s / b.gpus_per_replica)
+
+
+def prune_dominated(candidates: list[Candidate]) -> tuple[list[Candidate], int]:
+    """Keep only candidates no other candidate dominates (ties keep the first key)."""
+    buckets: dict[str, list[Candidate]] = {}
+    for c in candidates:
+        buckets.setdefault(c.group, []).append(c)
+    kept: list[Candidate] = []
+    for bucket in buckets.values():
+        bucket.sort(key=lambda c: (-c.replica_tokens_per_s / c.gpus_per_replica, c.gpus_per_replica,
+                                   c.dp_min, -c.dp_max, c.key))
+        survivors: list[Candidate] = []
+        for c in bucket:
+            if not any(dominates(a, c) for a in survivors):
+                survivors.append(c)
+        kept.extend(survivors)
+    kept.sort(key=lambda c: c.key)
+    return kept, len(candidates) - len(kept)
+
+
+def serve_dominates(a: ServeCandidate, b: ServeCandidate) -> bool:
+    """``a`` replaces ``b`` exactly: same group and class, a's GPUs per replica divide b's, and a
+    yields at least as many tokens/s per GPU (k replicas of a use the GPUs of one of b)."""
+    return (a.group == b.group and a.demand == b.demand and b.gpus_per_replica % a.gpus_per_replica == 0
+            and a.tokens_per_s / a.gpus_per_replica >= b.tokens_per_s / b.gpus_per_replica)
+
+
+def prune_serving(candidates: list[ServeCandidate]) -> tuple[list[ServeCandidate], int]:
+    ordered = sorted(candidates, key=lambda c: (-c.tokens_per_s / c.gpus_per_replica, c.gpus_per_replica, c.key))
+    kept: list[ServeCandidate] = []
+    for c in ordered:
+        if not any(serve_dominates(a, c) for a in kept):
+            kept.append(c)
+    kept.sort(key=lambda c: c.key)
+    return kept, len(candidates) - len(kept)
+
+
+from optimizer.plans.serve import enumerate_serving  # noqa: E402  (re-exports; they import this module)
+from optimizer.plans.train import enumerate_plans, with_memory  # noqa: E402
+
+
+def enumerate_candidates(problem: Problem, catalog: Catalog) -> PlanTable:
+    """The candidates for ``problem``'s workload."""
+    return enumerate_serving(problem, catalog) if problem.kind == "serve" else enumerate_plans(problem, catalog)
+
+
+__all__ = ["Candidate", "Group", "PlanTable", "ServeCandidate", "build_groups", "dominates", "enumerate_candidates",
+           "enumerate_plans", "enumerate_serving", "group_affordable", "group_reason", "max_gpus", "prune_dominated",
+           "prune_serving", "serve_dominates", "with_memory"]

@@ -1,0 +1,114 @@
+"""Serving replica types: GPU × server × TP × PP × weight format, one per request class.
+
+Each runs at the largest batch that meets its class's TTFT and TPOT limits. A replica stays in
+one server and its GPU count (TP × PP) is a power of two that divides the server's slots, so
+replicas of different sizes always pack: GPUs ≤ slots × servers is then exact.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+from optimizer.catalog import Catalog
+from optimizer.perf.serve import ServePlan, batch_at_slo, max_batch, serve
+from optimizer.plans import PlanTable, ServeCandidate, build_groups, group_affordable, group_reason, prune_serving
+from optimizer.problem import Problem
+
+
+def _power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def _math_supported(gpu, precision: str) -> bool:
+    """fp8 needs fp8 tensor cores; weight-only int8/int4 and fp16 need fp16 (or bf16) ones."""
+    if precision == "fp8":
+        return gpu.fp8_tflops is not None
+    if precision == "bf16":
+        return gpu.bf16_tflops is not None
+    return gpu.fp16_tflops is not None or gpu.bf16_tflops is not None
+
+
+def enumerate_serving(problem: Problem, catalog: Catalog) -> PlanTable:
+    """Every replica type that fits and meets a class's latency limits; reasons for the rest."""
+    m, eff = problem.model, catalog.efficiency
+    out: list[ServeCandidate] = []
+    groups = {}
+    dropped: Counter = Counter()
+    gpu_reasons: dict[str, str] = {}
+    tried = 0
+    for gpu_id in problem.gpus:
+        gpu = catalog.gpus[gpu_id]
+        if problem.datacenter and not gpu.datacenter_license:
+            gpu_reasons[gpu_id] = "licence: the GeForce driver EULA forbids data-centre deployment"
+            dropped["licence"] += 1
+            continue
+        precisions = [p for p in problem.serve_precisions if _math_supported(gpu, p)]
+        if not precisions:
+            gpu_reasons[gpu_id] = f"precision: no tensor cores for {', '.join(problem.serve_precisions)}"
+            dropped["precision"] += 1
+            continue
+        usable = [g for g in build_groups(problem, catalog, gpu_id, role="serve") if group_affordable(problem, g)]
+        if not usable:
+            every = build_groups(problem, catalog, gpu_id, role="serve")
+            gpu_reasons[gpu_id] = (group_reason(problem, min(every, key=lambda g: g.min_power_w)) if every
+                                   else "no server in the catalog (or allowed by the problem) takes it")
+            dropped["budget/power"] += 1
+            continue
+        best_miss: dict[str, tuple[float, str]] = {}
+        before = len(out)
+        for group in usable:
+            hw = catalog.hardware(gpu_id, group.server, None)
+            for tp in problem.search.tp:
+                for pp in problem.search.pp:
+                    mp = tp * pp
+                    if not (_power_of_two(mp) and group.slots % mp == 0 and pp <= m.layers
+                            and m.heads % tp == 0):
+                        continue
+                    for precision in precisions:
+                        for d in problem.demands:
+                            tried += 1
+                            plan = ServePlan(tp=tp, pp=pp, precision=precision, kv_precision=problem.kv_precision,
+                                             input_len=d.input_len, output_len=d.output_len)
+                            if max_batch(m, hw, plan, eff) < 1:
+                                dropped["memory"] += 1
+                                need = serve(m, hw, replace(plan, batch=1), eff).memory_per_gpu / 1e9
+                                _note(best_miss, "memory", need, f"memory: needs {need:,.1f} GB per GPU for one "
+                                      f"{d.name} sequence at TP={tp} PP={pp} {precision}; has {gpu.memory_gb:g} GB")
+                                continue
+                            batch = batch_at_slo(m, hw, plan, eff, d.tpot_s, d.ttft_s)
+                            if batch < 1:
+                                dropped["latency"] += 1
+                                one = serve(m, hw, replace(plan, batch=1), eff)
+                                _note(best_miss, "latency", one.tpot, _latency_reason(d, one, tp, pp, precision))
+                                continue
+                            r = serve(m, hw, replace(plan, batch=batch), eff)
+                            key = f"{group.key}/{d.name}/tp{tp}-pp{pp}-{precision}-b{batch}"
+                            out.append(ServeCandidate(key, group.key, d.name, r_plan(plan, batch),
+                                                      r.output_tokens_per_s, r.ttft, r.tpot, r.memory_per_gpu / 1e9))
+                            groups[group.key] = group
+        if len(out) == before:
+            gpu_reasons[gpu_id] = (best_miss.get("latency") or best_miss.get("memory") or (0, "no replica type"))[1]
+    kept, pruned = prune_serving(out)
+    used = {c.group for c in kept}
+    return PlanTable((), {k: v for k, v in groups.items() if k in used}, dropped, gpu_reasons, tried, pruned,
+                     tuple(kept))
+
+
+def r_plan(plan: ServePlan, batch: int) -> ServePlan:
+    return replace(plan, batch=batch)
+
+
+def _note(best: dict[str, tuple[float, str]], kind: str, value: float, reason: str) -> None:
+    if kind not in best or value < best[kind][0]:
+        best[kind] = (value, reason)
+
+
+def _latency_reason(d, one, tp: int, pp: int, precision: str) -> str:
+    parts = []
+    if d.tpot_s is not None and one.tpot > d.tpot_s:
+        parts.append(f"TPOT {one.tpot * 1e3:,.1f} ms > {d.tpot_s * 1e3:g} ms")
+    if d.ttft_s is not None and one.ttft > d.ttft_s:
+        parts.append(f"TTFT {one.ttft * 1e3:,.0f} ms > {d.ttft_s * 1e3:g} ms")
+    return (f"latency: even one {d.name} request at a time misses its limit at TP={tp} PP={pp} {precision} "
+            f"({', '.join(parts)})")
