@@ -14,7 +14,7 @@ from pathlib import Path
 
 from optimizer.catalog import load_catalog
 from optimizer.milp import solve
-from optimizer.plans import enumerate_plans
+from optimizer.plans import enumerate_candidates
 from optimizer.problem import load_problem
 from optimizer.recommend import targets_of
 
@@ -29,7 +29,7 @@ def main(paths: list[str]) -> None:
     for path in files:
         problem = load_problem(path, catalog)
         t0 = time.perf_counter()
-        table = enumerate_plans(problem, catalog)
+        table = enumerate_candidates(problem, catalog)
         t_plans = time.perf_counter() - t0
         times, sols = {}, {}
         for backend in ("ortools", "pulp"):
@@ -39,7 +39,7 @@ def main(paths: list[str]) -> None:
             times[backend] = time.perf_counter() - t0
         s = sols["ortools"]
         gap = "n/a" if s.gap is None else f"{s.gap:.1e}"
-        print(f"{path.name:<28} {table.enumerated:>9} {len(table.candidates):>10} {t_plans:>8.2f} "
+        print(f"{path.name:<28} {table.enumerated:>9} {len(table.candidates) + len(table.serving):>10} {t_plans:>8.2f} "
               f"{times['ortools']:>9.2f} {times['pulp']:>7.2f} {s.status.name.lower():>8} {gap:>8}  "
               f"{s.objective:,.1f} (pulp {sols['pulp'].objective:,.1f})")
 

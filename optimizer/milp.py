@@ -1,21 +1,26 @@
 """Stage 5: one mixed-integer program over the candidate plans and the integer infrastructure.
 
 Sets
-    C          candidate plan templates (``plans.Candidate``); C_h those on hardware group h
-    H          hardware groups: GPU × server type × fabric (or a single server)
+    C          training plan templates (``plans.Candidate``); C_h those on hardware group h
+    R          serving replica types (``plans.ServeCandidate``); R_h on group h, R_k for class k
+    K          request classes of a serving workload, each with a demand D_k (output tokens/s)
+    H          hardware groups: GPU × server type × fabric (or a single server, or independent
+               serving servers)
 Data (per c)   mp_c = TP·PP GPUs per replica, r_c tokens/s per replica, [dpmin_c, dpmax_c]
 Data (per h)   slots, GPU/server/NIC-port/switch prices and powers, switch radix P_h,
                switch ports per server q_h
 Variables
     x_c ∈ {0,1}     plan c is the one used            dp_c ∈ ℤ≥0   its data-parallel degree
+    n_r ∈ ℤ≥0       replicas of serving type r (0 ≤ n_r ≤ ⌈D_k / rate_r⌉: more is never cheaper)
     G_h ∈ ℤ≥0       GPUs bought                       S_h ∈ ℤ≥0    servers bought
     L_h, K_h ∈ ℤ≥0  leaf and spine switches           y_h ∈ {0,1}  more than one switch
 Constraints
-    (1) Σ_c x_c = 1                                          one training plan
+    (1) Σ_c x_c = 1                                          one training plan (if C is not empty)
     (2) dpmin_c·x_c ≤ dp_c ≤ dpmax_c·x_c                     dp only for the chosen plan
-    (3) G_h ≥ Σ_{c∈C_h} mp_c·dp_c                            GPUs to run it
+    (3) G_h ≥ Σ_{c∈C_h} mp_c·dp_c + Σ_{r∈R_h} gpus_r·n_r     GPUs to run it all
     (4) G_h ≤ slots_h·S_h   (= for baseboards sold full)     servers to hold them
-    (5) S_h ≤ 1 for single-server groups
+    (5) S_h ≤ 1 for single-server training groups (serving replicas each fit in one server and
+        are powers of two dividing its slots, so (4) packs them exactly)
     (6) L_h ≥ q_h·S_h / P_h;  L_h ≥ Σ_{c∈C_h} x_c;  q_h·S_h ≤ P_h + M·y_h;
         L_h ≥ 2·q_h·S_h / P_h − M'(1−y_h);  2·K_h ≥ L_h − M''(1−y_h)   (M'' ≥ max L_h)
                                                              one switch, or a non-blocking
@@ -26,10 +31,11 @@ Constraints
     (9) capex = Σ_h gpu$·G_h + (server$ + q_h·port$)·S_h + switch$·(L_h + K_h)
     (10) W = Σ_h gpuW·G_h + (serverW + q_h·portW)·S_h + switchW·(L_h + K_h) ≤ power cap
     (11) capex ≤ budget  (or capex + opex ≤ budget when the budget covers TCO)
+    (12) Σ_{r∈R_k} rate_r·n_r ≥ D_k for every request class k
     opex = W · load factor · PUE · hours(horizon) · $/kWh;   TCO = capex + opex
 Objective
     min_cost: minimise TCO;  min_time: maximise T.  A second pass fixes the optimum and takes,
-    among equally good answers, the cheapest (min_time) or the fastest (min_cost).
+    among equally good answers, the cheapest (min_time) or the fastest / most capacity (min_cost).
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from optimizer.errors import SolverError
-from optimizer.plans import Candidate, Group, PlanTable
+from optimizer.plans import Candidate, Group, PlanTable, ServeCandidate
 
 BACKENDS = ("ortools", "pulp")
 ORTOOLS_ENGINE = "HIGHS"  # OR-Tools' linear-solver wrapper around HiGHS; "SCIP" also works, but
@@ -68,10 +74,11 @@ class Targets:
     budget_covers: str = "capex"
     power_cap_w: float | None = None
     opex_usd_per_w: float = 0.0  # electricity over the horizon per watt of IT load
+    demands: tuple[tuple[str, float], ...] = ()  # (request class, output tokens/s) for serving
 
     @property
     def required_tokens_per_s(self) -> float | None:
-        return self.tokens / self.deadline_s if self.deadline_s else None
+        return self.tokens / self.deadline_s if self.deadline_s and self.tokens else None
 
 
 @dataclass(frozen=True)
@@ -90,10 +97,11 @@ class MilpSolution:
     objective: float | None
     bound: float | None
     gap: float | None
-    candidate: Candidate | None
+    candidate: Candidate | None  # the training plan, if the problem trains
     dp: int
-    counts: GroupCount | None
-    tokens_per_s: float
+    replicas: tuple[tuple[ServeCandidate, int], ...]  # serving replica types used, with counts
+    purchases: tuple[GroupCount, ...]  # every hardware group bought, by key
+    tokens_per_s: float  # training throughput
     capex: float
     power_w: float
     opex: float
@@ -104,6 +112,20 @@ class MilpSolution:
     @property
     def tco(self) -> float:
         return self.capex + self.opex
+
+    @property
+    def counts(self) -> GroupCount | None:
+        """What the training plan's group buys."""
+        if self.candidate is None:
+            return None
+        return next((p for p in self.purchases if p.group == self.candidate.group), None)
+
+    def serving_capacity(self) -> dict[str, float]:
+        """Output tokens/s per request class."""
+        out: dict[str, float] = {}
+        for r, n in self.replicas:
+            out[r.demand] = out.get(r.demand, 0.0) + r.tokens_per_s * n
+        return out
 
 
 def network_switches(group: Group, servers: int) -> tuple[int, int]:
@@ -134,15 +156,25 @@ def purchase(group: Group, used_gpus: int) -> GroupCount:
     return GroupCount(group.key, gpus, servers, leaves, spines)
 
 
-def _bounds(table: PlanTable) -> dict[str, tuple[int, int]]:
-    """Per group: most GPUs and servers any candidate could need (tight big-M values)."""
+def replica_bound(r: ServeCandidate, targets: Targets) -> int:
+    """More than ⌈D_k / rate⌉ replicas of one type is never needed (one type alone covers D_k)."""
+    demand = dict(targets.demands).get(r.demand, 0.0)
+    return max(0, math.ceil(demand / r.tokens_per_s - 1e-9))
+
+
+def _bounds(table: PlanTable, targets: Targets) -> dict[str, tuple[int, int]]:
+    """Per group: most GPUs and servers any solution could need (tight big-M values)."""
+    gpus: dict[str, int] = {}
+    for c in table.candidates:  # one training plan: the largest of them
+        gpus[c.group] = max(gpus.get(c.group, 0), c.gpus_per_replica * c.dp_max)
+    serving: dict[str, int] = {}
+    for r in table.serving:  # serving replicas add up
+        serving[r.group] = serving.get(r.group, 0) + r.gpus_per_replica * replica_bound(r, targets)
     out: dict[str, tuple[int, int]] = {}
-    for c in table.candidates:
-        g = table.groups[c.group]
-        gpus = c.gpus_per_replica * c.dp_max
-        servers = math.ceil(gpus / g.slots)
-        prev = out.get(c.group, (0, 0))
-        out[c.group] = (max(prev[0], servers * g.slots), max(prev[1], servers))
+    for h in set(gpus) | set(serving):
+        g = table.groups[h]
+        servers = math.ceil((gpus.get(h, 0) + serving.get(h, 0)) / g.slots)
+        out[h] = (servers * g.slots, servers)
     return out
 
 
@@ -266,14 +298,15 @@ def solve(table: PlanTable, targets: Targets, backend: str = "ortools", time_lim
     """Build the program above over ``table`` and solve it. Same signature for both backends."""
     import time
 
-    if not table.candidates:
+    if not table.candidates and not table.serving:
         raise SolverError("no candidate plans to choose from")
     start = time.perf_counter()
     model = _Model(backend)
     # --- variables -------------------------------------------------------------------------
     x = {c.key: model.bool_var(f"x[{c.key}]") for c in table.candidates}
     dp = {c.key: model.int_var(0, c.dp_max, f"dp[{c.key}]") for c in table.candidates}
-    bounds = _bounds(table)
+    n = {r.key: model.int_var(0, replica_bound(r, targets), f"replicas[{r.key}]") for r in table.serving}
+    bounds = _bounds(table, targets)
     G, S, L, K, Y = {}, {}, {}, {}, {}
     for h, g in sorted(table.groups.items()):
         gmax, smax = bounds[h]
@@ -287,21 +320,28 @@ def solve(table: PlanTable, targets: Targets, backend: str = "ortools", time_lim
     by_group: dict[str, list[Candidate]] = {}
     for c in table.candidates:
         by_group.setdefault(c.group, []).append(c)
+    replicas_on: dict[str, list[ServeCandidate]] = {}
+    for r in table.serving:
+        replicas_on.setdefault(r.group, []).append(r)
     # --- constraints -----------------------------------------------------------------------
-    model.add(model.total(list(x.values())) == 1, "one_plan")  # (1)
+    if table.candidates:
+        model.add(model.total(list(x.values())) == 1, "one_plan")  # (1)
     for c in table.candidates:  # (2)
         model.add(dp[c.key] >= c.dp_min * x[c.key], f"dp_min[{c.key}]")
         model.add(dp[c.key] <= c.dp_max * x[c.key], f"dp_max[{c.key}]")
     capex_terms, power_terms = [], []
     for h, g in sorted(table.groups.items()):
-        cands = by_group[h]
-        model.add(G[h] >= model.total([c.gpus_per_replica * dp[c.key] for c in cands]), f"gpus[{h}]")  # (3)
+        cands = by_group.get(h, [])
+        used = ([c.gpus_per_replica * dp[c.key] for c in cands]
+                + [r.gpus_per_replica * n[r.key] for r in replicas_on.get(h, [])])
+        model.add(G[h] >= model.total(used), f"gpus[{h}]")  # (3)
         if g.full_only:  # (4)
             model.add(G[h] == g.slots * S[h], f"full_servers[{h}]")
         else:
             model.add(G[h] <= g.slots * S[h], f"slots[{h}]")
-        if g.fabric is None:  # (5)
-            model.add(S[h] <= 1, f"single_server[{h}]")
+        if g.fabric is None:
+            if g.single_server:  # (5)
+                model.add(S[h] <= 1, f"single_server[{h}]")
             switches = 0
         else:  # (6)
             q, P = g.ports_per_server, g.switch_ports
@@ -320,7 +360,11 @@ def solve(table: PlanTable, targets: Targets, backend: str = "ortools", time_lim
         if g.fabric is not None:
             capex_terms.append(g.switch_usd * switches)
             power_terms.append(g.switch_w * switches)
+    for k, demand in targets.demands:  # (12)
+        model.add(model.total([r.tokens_per_s * n[r.key] for r in table.serving if r.demand == k]) >= demand,
+                  f"demand[{k}]")
     throughput = model.total([c.replica_tokens_per_s * dp[c.key] for c in table.candidates])  # (7)
+    capacity = model.total([r.tokens_per_s * n[r.key] for r in table.serving])
     capex = model.total(capex_terms)  # (9)
     power = model.total(power_terms)  # (10)
     tco = capex + targets.opex_usd_per_w * power
@@ -337,7 +381,7 @@ def solve(table: PlanTable, targets: Targets, backend: str = "ortools", time_lim
     if status in (Status.INFEASIBLE, Status.NO_SOLUTION):
         return _empty(status, backend, start, model)
     gap = _gap(objective, bound) if bound is not None else (mip_gap if status == Status.OPTIMAL else None)
-    tables = {"x": x, "dp": dp, "G": G, "S": S, "L": L, "K": K}
+    tables = {"x": x, "dp": dp, "n": n, "G": G, "S": S, "L": L, "K": K}
 
     def snapshot() -> dict[tuple[str, str], float]:
         return {(name, k): model.value(v) for name, t in tables.items() for k, v in t.items()}
@@ -350,22 +394,25 @@ def solve(table: PlanTable, targets: Targets, backend: str = "ortools", time_lim
             model.add(throughput >= objective - slack, "tie_break_throughput")
         else:
             model.add(tco <= objective + slack, "tie_break_cost")
-        model.set_objective(tco if maximize else throughput, not maximize)
+        model.set_objective(tco if maximize else (throughput if table.candidates else capacity), not maximize)
         second, _, _ = model.solve(remaining, mip_gap)
         if second == Status.OPTIMAL:  # a pass stopped by the clock is discarded: keeps output deterministic
             values = snapshot()
     chosen = [c for c in table.candidates if values["x", c.key] > 0.5]
-    if len(chosen) != 1:
-        raise SolverError(f"the solver selected {len(chosen)} plans; expected exactly one")
-    c = chosen[0]
-    h = c.group
-    counts = GroupCount(h, round(values["G", h]), round(values["S", h]), round(values.get(("L", h), 0.0)),
-                        round(values.get(("K", h), 0.0)))
-    dp_value = round(values["dp", c.key])
-    cap, watts = group_costs(table.groups[h], counts.gpus, counts.servers, counts.leaf_switches,
-                             counts.spine_switches)
-    return MilpSolution(status, backend, objective, bound, gap, c, dp_value, counts,
-                        c.replica_tokens_per_s * dp_value, cap, watts, targets.opex_usd_per_w * watts,
+    if table.candidates and len(chosen) != 1:
+        raise SolverError(f"the solver selected {len(chosen)} training plans; expected exactly one")
+    c = chosen[0] if chosen else None
+    dp_value = round(values["dp", c.key]) if c else 0
+    replicas = tuple((r, round(values["n", r.key])) for r in table.serving if round(values["n", r.key]) > 0)
+    purchases = tuple(GroupCount(h, round(values["G", h]), round(values["S", h]),
+                                 round(values.get(("L", h), 0.0)), round(values.get(("K", h), 0.0)))
+                      for h in sorted(table.groups) if round(values["G", h]) > 0)
+    cap = watts = 0.0
+    for p in purchases:
+        dollars, w = group_costs(table.groups[p.group], p.gpus, p.servers, p.leaf_switches, p.spine_switches)
+        cap, watts = cap + dollars, watts + w
+    return MilpSolution(status, backend, objective, bound, gap, c, dp_value, replicas, purchases,
+                        c.replica_tokens_per_s * dp_value if c else 0.0, cap, watts, targets.opex_usd_per_w * watts,
                         time.perf_counter() - start, model.n_vars, model.n_cons)
 
 
@@ -378,5 +425,5 @@ def _gap(objective: float | None, bound: float | None) -> float | None:
 def _empty(status: Status, backend: str, start: float, model: _Model) -> MilpSolution:
     import time
 
-    return MilpSolution(status, backend, None, None, None, None, 0, None, 0.0, 0.0, 0.0, 0.0,
+    return MilpSolution(status, backend, None, None, None, None, 0, (), (), 0.0, 0.0, 0.0, 0.0,
                         time.perf_counter() - start, model.n_vars, model.n_cons)

@@ -11,8 +11,9 @@ from dataclasses import dataclass, replace
 from optimizer.catalog import Catalog
 from optimizer.errors import InfeasibleError, SolverError
 from optimizer.milp import MilpSolution, Status, Targets, group_costs, purchase, solve
+from optimizer.perf.serve import ServeResult, serve
 from optimizer.perf.train import TrainResult, train_step
-from optimizer.plans import PlanTable, enumerate_plans
+from optimizer.plans import PlanTable, enumerate_candidates
 from optimizer.problem import Problem
 
 HOURS_PER_YEAR = 8766.0
@@ -23,12 +24,13 @@ class Recommendation:
     problem: Problem
     table: PlanTable
     solution: MilpSolution
-    perf: TrainResult  # the re-check at the chosen dp
+    perf: TrainResult | None  # the training re-check at the chosen dp
     checks: tuple[str, ...]
+    replica_perf: tuple[ServeResult, ...] = ()  # the serving re-check, one per replica type used
 
     @property
     def days(self) -> float:
-        return self.problem.tokens / self.perf.tokens_per_s / 86400.0
+        return self.problem.tokens / self.perf.tokens_per_s / 86400.0 if self.perf else 0.0
 
 
 def opex_per_watt(problem: Problem) -> float:
@@ -39,12 +41,16 @@ def opex_per_watt(problem: Problem) -> float:
 
 def targets_of(problem: Problem) -> Targets:
     return Targets(problem.objective, problem.tokens, problem.deadline_s, problem.budget_usd,
-                   problem.budget_covers, problem.power_cap_w, opex_per_watt(problem))
+                   problem.budget_covers, problem.power_cap_w, opex_per_watt(problem),
+                   tuple((d.name, d.output_tokens_per_s) for d in problem.demands))
 
 
 def verify(problem: Problem, catalog: Catalog, table: PlanTable,
-           sol: MilpSolution) -> tuple[TrainResult, tuple[str, ...]]:
+           sol: MilpSolution) -> tuple[TrainResult | None, tuple[str, ...], tuple[ServeResult, ...]]:
     """Re-check the solver's answer without the solver; raise SolverError if it does not hold."""
+    if problem.kind == "serve":
+        checks, results = verify_serving(problem, catalog, table, sol)
+        return None, checks, results
     if sol.candidate is None or sol.counts is None:
         raise SolverError("verify() needs a solution with a chosen plan")
     c = sol.candidate
@@ -70,6 +76,14 @@ def verify(problem: Problem, catalog: Catalog, table: PlanTable,
         days = problem.tokens / result.tokens_per_s / 86400
         ok = days <= problem.deadline_s / 86400 * (1 + 1e-9)
         (checks if ok else problems).append(f"{days:,.1f} days ≤ deadline {problem.deadline_s / 86400:,.1f} days")
+    _limits(problem, sol, checks, problems)
+    if problems:
+        raise SolverError("the solver's answer failed the independent re-check: " + "; ".join(problems))
+    return result, tuple(checks), ()
+
+
+def _limits(problem: Problem, sol: MilpSolution, checks: list[str], problems: list[str]) -> None:
+    """The budget and power cap, against the solver's re-priced hardware."""
     if problem.power_cap_w is not None:
         ok = sol.power_w <= problem.power_cap_w * (1 + 1e-9)
         (checks if ok else problems).append(
@@ -79,19 +93,56 @@ def verify(problem: Problem, catalog: Catalog, table: PlanTable,
         ok = spend <= problem.budget_usd * (1 + 1e-9)
         (checks if ok else problems).append(
             f"{problem.budget_covers} ${spend:,.0f} ≤ budget ${problem.budget_usd:,.0f}")
+
+
+def verify_serving(problem: Problem, catalog: Catalog, table: PlanTable,
+                   sol: MilpSolution) -> tuple[tuple[str, ...], tuple[ServeResult, ...]]:
+    """Every replica type re-run by the serving model; demand, latency and hardware re-checked."""
+    checks: list[str] = []
+    problems: list[str] = []
+    limits = {d.name: d for d in problem.demands}
+    results = []
+    used: dict[str, int] = {}
+    for r, count in sol.replicas:
+        g = table.groups[r.group]
+        res = serve(problem.model, catalog.hardware(g.gpu, g.server, None), r.plan, catalog.efficiency)
+        results.append(res)
+        used[r.group] = used.get(r.group, 0) + r.gpus_per_replica * count
+        d = limits[r.demand]
+        ok = res.fits and res.output_tokens_per_s >= r.tokens_per_s * (1 - 1e-9)
+        ok = ok and (d.tpot_s is None or res.tpot <= d.tpot_s * (1 + 1e-9))
+        ok = ok and (d.ttft_s is None or res.ttft <= d.ttft_s * (1 + 1e-9))
+        (checks if ok else problems).append(
+            f"{count} x {r.key.split('/')[0]} TP{r.plan.tp} PP{r.plan.pp} at batch {r.plan.batch}: "
+            f"{res.output_tokens_per_s:,.0f} tokens/s each, TPOT {res.tpot * 1e3:,.1f} ms, "
+            f"TTFT {res.ttft * 1e3:,.0f} ms, {res.memory_per_gpu / 1e9:,.1f} GB per GPU")
+    capacity = sol.serving_capacity()
+    for d in problem.demands:
+        ok = capacity.get(d.name, 0.0) >= d.output_tokens_per_s * (1 - 1e-9)
+        (checks if ok else problems).append(
+            f"{d.name}: {capacity.get(d.name, 0.0):,.0f} ≥ {d.output_tokens_per_s:,.0f} output tokens/s demanded")
+    capex = watts = 0.0
+    for h, gpus in sorted(used.items()):
+        need = purchase(table.groups[h], gpus)
+        dollars, w = group_costs(table.groups[h], need.gpus, need.servers, need.leaf_switches, need.spine_switches)
+        capex, watts = capex + dollars, watts + w
+    ok = abs(capex - sol.capex) <= 1e-6 * max(1.0, capex) and abs(watts - sol.power_w) <= 1e-6 * max(1.0, watts)
+    (checks if ok else problems).append(
+        f"hardware re-priced from the catalog: ${capex:,.0f} capex, {watts / 1e3:,.2f} kW (solver ${sol.capex:,.0f})")
+    _limits(problem, sol, checks, problems)
     if problems:
         raise SolverError("the solver's answer failed the independent re-check: " + "; ".join(problems))
-    return result, tuple(checks)
+    return tuple(checks), tuple(results)
 
 
 def recommend(problem: Problem, catalog: Catalog, backend: str | None = None,
               time_limit_s: float | None = None, table: PlanTable | None = None) -> Recommendation:
     """Solve ``problem``; raise InfeasibleError with what would make it feasible."""
-    table = table or enumerate_plans(problem, catalog)
+    table = table or enumerate_candidates(problem, catalog)
     backend = backend or problem.solver.backend
     limit = time_limit_s or problem.solver.time_limit_s
     targets = targets_of(problem)
-    if not table.candidates:
+    if not table.candidates and not table.serving:
         reasons = [f"{gpu}: {why}" for gpu, why in sorted(table.gpu_reasons.items())]
         hints = feasibility_hints(problem, catalog, table, targets, backend, limit, fallback=False)
         raise InfeasibleError(f"no GPU in the catalog can run {problem.model_id} under this problem's limits:",
@@ -102,8 +153,8 @@ def recommend(problem: Problem, catalog: Catalog, backend: str | None = None,
     if sol.status == Status.INFEASIBLE:
         raise InfeasibleError(f"no cluster meets every target of '{problem.name}'.",
                               feasibility_hints(problem, catalog, table, targets, backend, limit))
-    perf, checks = verify(problem, catalog, table, sol)
-    return Recommendation(problem, table, sol, perf, checks)
+    perf, checks, replica_perf = verify(problem, catalog, table, sol)
+    return Recommendation(problem, table, sol, perf, checks, replica_perf)
 
 
 def feasibility_hints(problem: Problem, catalog: Catalog, table: PlanTable, targets: Targets, backend: str,
@@ -117,7 +168,7 @@ def feasibility_hints(problem: Problem, catalog: Catalog, table: PlanTable, targ
     days = f"{problem.deadline_s / 86400:,.1f}" if problem.deadline_s else None
     if targets.budget_usd is not None:
         relaxed = replace(targets, budget_usd=None, objective="min_cost")
-        wider = enumerate_plans(replace(problem, budget_usd=None), catalog)
+        wider = enumerate_candidates(replace(problem, budget_usd=None), catalog)
         s = _solve_if_any(wider, relaxed, backend, limit, problem)
         if s is not None and s.status in (Status.OPTIMAL, Status.FEASIBLE):
             spend = s.capex + (s.opex if targets.budget_covers == "tco" else 0.0)
@@ -126,7 +177,7 @@ def feasibility_hints(problem: Problem, catalog: Catalog, table: PlanTable, targ
                          f"(+${spend - targets.budget_usd:,.0f})")
     if targets.power_cap_w is not None:
         relaxed = replace(targets, power_cap_w=None, objective="min_cost")
-        wider = enumerate_plans(replace(problem, power_cap_w=None), catalog)
+        wider = enumerate_candidates(replace(problem, power_cap_w=None), catalog)
         s = _solve_if_any(wider, relaxed, backend, limit, problem)
         if s is not None and s.status in (Status.OPTIMAL, Status.FEASIBLE):
             hints.append(f"power: a cluster that meets the other targets draws {s.power_w / 1e3:,.1f} kW; "
@@ -146,6 +197,6 @@ def feasibility_hints(problem: Problem, catalog: Catalog, table: PlanTable, targ
 
 def _solve_if_any(table: PlanTable, targets: Targets, backend: str, limit: float,
                   problem: Problem) -> MilpSolution | None:
-    if not table.candidates:
+    if not table.candidates and not table.serving:
         return None
     return solve(table, targets, backend, limit, problem.solver.mip_gap, tie_break=False)

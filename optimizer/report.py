@@ -51,76 +51,78 @@ def _src(price: Price) -> str:
 
 
 def bill_of_materials(rec: Recommendation, catalog: Catalog) -> list[BomRow]:
-    sol = rec.solution
-    assert sol.counts is not None and sol.candidate is not None
-    g = rec.table.groups[sol.candidate.group]
-    gpu, server = catalog.gpus[g.gpu], catalog.servers[g.server]
-    rows = [
-        BomRow("gpu", gpu.id, gpu.name, sol.counts.gpus, gpu.price.usd, gpu.tdp_w, _src(gpu.price)),
-        BomRow("server", server.id, server.name + " (platform, without GPUs)", sol.counts.servers,
-               server.price.usd, server.base_power_w, _src(server.price)),
-    ]
-    if g.fabric is not None:
+    """One row per item of every hardware group bought: GPUs, server platforms, NICs, switches."""
+    rows: list[BomRow] = []
+    for bought in rec.solution.purchases:
+        g = rec.table.groups[bought.group]
+        gpu, server = catalog.gpus[g.gpu], catalog.servers[g.server]
+        rows.append(BomRow("gpu", gpu.id, gpu.name, bought.gpus, gpu.price.usd, gpu.tdp_w, _src(gpu.price)))
+        rows.append(BomRow("server", server.id, server.name + " (platform, without GPUs)", bought.servers,
+                           server.price.usd, server.base_power_w, _src(server.price)))
+        if g.fabric is None:
+            continue
         fabric = catalog.fabrics[g.fabric]
         switch = catalog.switches[fabric.switch]
         if fabric.nic is not None:
             nic = catalog.nics[fabric.nic]
-            rows.append(BomRow("nic", nic.id, nic.name, sol.counts.servers * fabric.nics_per_server,
+            rows.append(BomRow("nic", nic.id, nic.name, bought.servers * fabric.nics_per_server,
                                nic.price.usd, nic.power_w, _src(nic.price)))
-        switches = sol.counts.leaf_switches + sol.counts.spine_switches
-        tier = "leaf" if sol.counts.spine_switches == 0 else f"{sol.counts.leaf_switches} leaf + " \
-                                                             f"{sol.counts.spine_switches} spine"
+        switches = bought.leaf_switches + bought.spine_switches
+        tier = ("leaf" if bought.spine_switches == 0
+                else f"{bought.leaf_switches} leaf + {bought.spine_switches} spine")
         rows.append(BomRow("switch", switch.id, f"{switch.name} ({tier})", switches, switch.price.usd,
                            switch.power_w, _src(switch.price)))
     return rows
 
 
-def summary(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
-    """Everything the report shows, JSON-ready (keys: status, objective, gap, plan, cost, bom, …)."""
-    p, sol, perf = rec.problem, rec.solution, rec.perf
-    assert sol.candidate is not None and sol.counts is not None
-    c = sol.candidate
-    g = rec.table.groups[c.group]
-    plan = c.plan
-    bom = bill_of_materials(rec, catalog)
+def _costs(rec: Recommendation, bom: list[BomRow]) -> dict[str, Any]:
+    p = rec.problem
     capex = sum(r.extended_price_usd for r in bom)
     it_power = sum(r.power_w for r in bom)
     energy_year = it_power / 1e3 * p.load_factor * p.pue * HOURS_PER_YEAR * p.electricity_usd_per_kwh
+    return {"capex_usd": capex, "it_power_kw": it_power / 1e3, "facility_power_kw": it_power / 1e3 * p.pue,
+            "pue": p.pue, "load_factor": p.load_factor, "electricity_usd_per_kwh": p.electricity_usd_per_kwh,
+            "opex_usd_per_year": energy_year, "horizon_years": p.horizon_years,
+            "tco_usd": capex + energy_year * p.horizon_years}
+
+
+def summary(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
+    """Everything the report shows, JSON-ready (keys: status, objective, gap, plan, cost, bom, …)."""
+    p, sol = rec.problem, rec.solution
+    bom = bill_of_materials(rec, catalog)
+    cost = {**_costs(rec, bom), "prices_as_of": catalog.prices_as_of}
+    if p.kind == "serve":
+        plan = _serving_plan(rec)
+        seconds = p.horizon_years * HOURS_PER_YEAR * 3600
+        cost["usd_per_million_output_tokens"] = cost["tco_usd"] / (p.total_demand * seconds) * 1e6
+        cost["output_tokens_per_usd"] = p.total_demand * seconds / cost["tco_usd"]
+        sense = "minimise TCO (USD)"
+    else:
+        plan = _training_plan(rec)
+        cost["training_energy_usd"] = (cost["it_power_kw"] * p.load_factor * p.pue * rec.days * 24
+                                       * p.electricity_usd_per_kwh)
+        sense = "maximise tokens/s" if p.objective == "min_time" else "minimise TCO (USD)"
     return {
-        "problem": {"name": p.name, "file": str(p.path), "objective": p.objective, "model": p.model_id,
-                    "tokens": p.tokens, "deadline_days": p.deadline_s / 86400 if p.deadline_s else None,
+        "problem": {"name": p.name, "file": str(p.path), "kind": p.kind, "objective": p.objective,
+                    "model": p.model_id, "tokens": p.tokens,
+                    "deadline_days": p.deadline_s / 86400 if p.deadline_s else None,
                     "budget_usd": p.budget_usd, "budget_covers": p.budget_covers,
-                    "power_cap_kw": p.power_cap_w / 1e3 if p.power_cap_w else None, "datacenter": p.datacenter},
+                    "power_cap_kw": p.power_cap_w / 1e3 if p.power_cap_w else None, "datacenter": p.datacenter,
+                    "demands": [{"name": d.name, "input_len": d.input_len, "output_len": d.output_len,
+                                 "output_tokens_per_s": d.output_tokens_per_s,
+                                 "ttft_ms": d.ttft_s * 1e3 if d.ttft_s else None,
+                                 "tpot_ms": d.tpot_s * 1e3 if d.tpot_s else None} for d in p.demands]},
         "status": sol.status.value,
-        "objective": {"sense": "maximise tokens/s" if p.objective == "min_time" else "minimise TCO (USD)",
-                      "value": sol.objective},
+        "objective": {"sense": sense, "value": sol.objective},
         "gap": sol.gap,
-        "plan": {
-            "gpu": g.gpu, "gpus": sol.counts.gpus, "gpus_used": plan.tp * plan.pp * sol.dp,
-            "server": g.server, "servers": sol.counts.servers, "fabric": g.fabric,
-            "tp": plan.tp, "pp": plan.pp, "dp": sol.dp, "micro_batch": plan.micro_batch,
-            "micro_batches": plan.num_micro_batches, "global_batch_seqs": plan.micro_batch
-            * plan.num_micro_batches * sol.dp, "recompute": plan.recompute,
-            "sequence_parallel": plan.sequence_parallel, "zero": plan.zero, "precision": plan.precision,
-            "days": rec.days, "tokens_per_s": perf.tokens_per_s, "tflops_per_gpu": perf.flops_per_gpu / 1e12,
-            "mfu": perf.mfu, "step_time_s": perf.step_time,
-            "step_breakdown_s": dict(perf.breakdown),
-            "memory_gb_per_gpu": perf.memory.total / 1e9,
-            "memory_breakdown_gb": {k: v / 1e9 for k, v in perf.memory.breakdown().items()},
-            "candidate": c.key,
-        },
-        "cost": {"capex_usd": capex, "it_power_kw": it_power / 1e3, "facility_power_kw": it_power / 1e3 * p.pue,
-                 "pue": p.pue, "load_factor": p.load_factor, "electricity_usd_per_kwh": p.electricity_usd_per_kwh,
-                 "opex_usd_per_year": energy_year, "horizon_years": p.horizon_years,
-                 "tco_usd": capex + energy_year * p.horizon_years,
-                 "training_energy_usd": it_power / 1e3 * p.load_factor * p.pue * rec.days * 24
-                 * p.electricity_usd_per_kwh,
-                 "prices_as_of": catalog.prices_as_of},
+        "plan": plan,
+        "cost": cost,
         "bom": [r.as_dict() for r in bom],
         "solver": {"backend": sol.backend, "status": sol.status.value, "gap": sol.gap,
                    "time_limit_s": p.solver.time_limit_s,
                    "variables": sol.variables, "constraints": sol.constraints,
-                   "candidates": len(rec.table.candidates), "templates_tried": rec.table.enumerated,
+                   "candidates": len(rec.table.candidates) + len(rec.table.serving),
+                   "templates_tried": rec.table.enumerated,
                    "pruned_as_dominated": rec.table.pruned, "dropped": dict(sorted(rec.table.dropped.items()))},
         "verification": list(rec.checks),
         "assumptions": assumptions_used(rec, catalog),
@@ -128,32 +130,77 @@ def summary(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
     }
 
 
+def _training_plan(rec: Recommendation) -> dict[str, Any]:
+    sol, perf = rec.solution, rec.perf
+    assert sol.candidate is not None and sol.counts is not None and perf is not None
+    c = sol.candidate
+    g = rec.table.groups[c.group]
+    plan = c.plan
+    return {
+        "gpu": g.gpu, "gpus": sol.counts.gpus, "gpus_used": plan.tp * plan.pp * sol.dp,
+        "server": g.server, "servers": sol.counts.servers, "fabric": g.fabric,
+        "tp": plan.tp, "pp": plan.pp, "dp": sol.dp, "micro_batch": plan.micro_batch,
+        "micro_batches": plan.num_micro_batches,
+        "global_batch_seqs": plan.micro_batch * plan.num_micro_batches * sol.dp, "recompute": plan.recompute,
+        "sequence_parallel": plan.sequence_parallel, "zero": plan.zero, "precision": plan.precision,
+        "days": rec.days, "tokens_per_s": perf.tokens_per_s, "tflops_per_gpu": perf.flops_per_gpu / 1e12,
+        "mfu": perf.mfu, "step_time_s": perf.step_time,
+        "step_breakdown_s": dict(perf.breakdown),
+        "memory_gb_per_gpu": perf.memory.total / 1e9,
+        "memory_breakdown_gb": {k: v / 1e9 for k, v in perf.memory.breakdown().items()},
+        "candidate": c.key,
+    }
+
+
+def _serving_plan(rec: Recommendation) -> dict[str, Any]:
+    sol = rec.solution
+    replicas = []
+    for (r, count), res in zip(sol.replicas, rec.replica_perf, strict=True):
+        g = rec.table.groups[r.group]
+        replicas.append({
+            "class": r.demand, "gpu": g.gpu, "server": g.server, "replicas": count, "tp": r.plan.tp,
+            "pp": r.plan.pp, "precision": r.plan.precision, "kv_precision": r.plan.kv_precision,
+            "batch": r.plan.batch, "gpus": count * r.gpus_per_replica,
+            "output_tokens_per_s_each": res.output_tokens_per_s, "output_tokens_per_s": count * res.output_tokens_per_s,
+            "ttft_ms": res.ttft * 1e3, "tpot_ms": res.tpot * 1e3, "memory_gb_per_gpu": res.memory_per_gpu / 1e9,
+            "candidate": r.key})
+    capacity = sol.serving_capacity()
+    return {"replicas": replicas,
+            "classes": [{"name": d.name, "demand_output_tokens_per_s": d.output_tokens_per_s,
+                         "capacity_output_tokens_per_s": capacity.get(d.name, 0.0)} for d in rec.problem.demands],
+            "gpus": sum(p.gpus for p in sol.purchases), "servers": sum(p.servers for p in sol.purchases),
+            "gpu_types": sorted({rec.table.groups[p.group].gpu for p in sol.purchases})}
+
+
 def assumptions_used(rec: Recommendation, catalog: Catalog) -> list[str]:
     """The figures behind this answer that no source gives (prices and efficiency factors)."""
-    assert rec.solution.candidate is not None
-    g = rec.table.groups[rec.solution.candidate.group]
-    gpu, server = catalog.gpus[g.gpu], catalog.servers[g.server]
-    out = []
-    eff = gpu.matmul_efficiency
-    if eff.assumption:
-        value = getattr(eff, rec.problem.precision) or eff.bf16 or eff.fp16
-        out.append(f"{gpu.id} achieves {value:.0%} of its dense {rec.problem.precision} peak: {eff.source}")
-    for what, price in ((gpu.id, gpu.price), (server.id, server.price)):
-        if price.assumption:
-            out.append(f"{what} price ${price.usd:,.0f}: {price.source}")
-    link = catalog.links[gpu.link]
-    if link.assumption and (rec.solution.candidate.plan.tp > 1 or rec.solution.dp > 1):
-        out.append(f"{link.id} link efficiency {link.efficiency:.0%} and latency {link.latency_us:g} us: {link.source}")
-    if g.fabric is not None:
-        fabric = catalog.fabrics[g.fabric]
-        if fabric.assumption:
-            out.append(f"{fabric.id} efficiency {fabric.efficiency:.0%}: {fabric.source}")
-        if fabric.nic is not None and catalog.nics[fabric.nic].price.assumption:
-            out.append(f"{fabric.nic} price: {catalog.nics[fabric.nic].price.source}")
-        switch = catalog.switches[fabric.switch]
-        if switch.price.assumption:
-            out.append(f"{switch.id} price: {switch.price.source}")
-    return out
+    out: list[str] = []
+    precision = rec.problem.precision if rec.problem.kind == "train" else None
+    for bought in rec.solution.purchases:
+        g = rec.table.groups[bought.group]
+        gpu, server = catalog.gpus[g.gpu], catalog.servers[g.server]
+        eff = gpu.matmul_efficiency
+        if eff.assumption:
+            shown = ", ".join(f"{p} {getattr(eff, p):.0%}" for p in ("bf16", "fp16", "fp8")
+                              if getattr(eff, p) and (precision is None or p == precision))
+            out.append(f"{gpu.id} matmul efficiency ({shown} of dense peak): {eff.source}")
+        for what, price in ((gpu.id, gpu.price), (server.id, server.price)):
+            if price.assumption:
+                out.append(f"{what} price ${price.usd:,.0f}: {price.source}")
+        link = catalog.links[gpu.link]
+        if link.assumption and bought.gpus > 1:
+            out.append(f"{link.id} link efficiency {link.efficiency:.0%} and latency {link.latency_us:g} us: "
+                       f"{link.source}")
+        if g.fabric is not None:
+            fabric = catalog.fabrics[g.fabric]
+            if fabric.assumption:
+                out.append(f"{fabric.id} efficiency {fabric.efficiency:.0%}: {fabric.source}")
+            if fabric.nic is not None and catalog.nics[fabric.nic].price.assumption:
+                out.append(f"{fabric.nic} price: {catalog.nics[fabric.nic].price.source}")
+            switch = catalog.switches[fabric.switch]
+            if switch.price.assumption:
+                out.append(f"{switch.id} price: {switch.price.source}")
+    return list(dict.fromkeys(out))
 
 
 def _money(x: float) -> str:
@@ -161,34 +208,10 @@ def _money(x: float) -> str:
 
 
 def render_text(s: dict[str, Any], markdown: bool = False) -> str:
-    p, plan, cost, solver = s["problem"], s["plan"], s["cost"], s["solver"]
+    p, cost, solver = s["problem"], s["cost"], s["solver"]
     h = (lambda t: f"\n## {t}\n") if markdown else (lambda t: f"\n{t}\n{'-' * len(t)}")
     lines = [f"# gpuopt: {p['name']}" if markdown else f"gpuopt: {p['name']}"]
-    goal = ("fastest training within " + (f"a {_money(p['budget_usd'])} {p['budget_covers']} budget"
-            if p["budget_usd"] else "the power cap")) if p["objective"] == "min_time" \
-        else f"lowest TCO that trains within {p['deadline_days']:,.1f} days"
-    lines.append(f"{p['model']} on {p['tokens']:.3g} tokens; goal: {goal}.")
-    lines.append(h("Recommendation"))
-    net = plan["fabric"] or "no network (one server)"
-    lines += [
-        f"Buy {plan['gpus']} x {plan['gpu']} in {plan['servers']} x {plan['server']}, network: {net}.",
-        f"Predicted training time {plan['days']:,.1f} days at {plan['tokens_per_s']:,.0f} tokens/s "
-        f"({plan['tflops_per_gpu']:,.0f} TFLOP/s per GPU, MFU {plan['mfu']:.1%}).",
-        f"Capex {_money(cost['capex_usd'])}; electricity {_money(cost['opex_usd_per_year'])}/year; "
-        f"TCO over {cost['horizon_years']:g} years {_money(cost['tco_usd'])}; IT power {cost['it_power_kw']:,.1f} kW "
-        f"({cost['facility_power_kw']:,.1f} kW with PUE {cost['pue']:g}).",
-    ]
-    lines.append(h("Parallel plan"))
-    lines += [
-        f"TP={plan['tp']} PP={plan['pp']} DP={plan['dp']} ({plan['gpus_used']} GPUs used), micro-batch "
-        f"{plan['micro_batch']} x {plan['micro_batches']} per step, global batch {plan['global_batch_seqs']} "
-        f"sequences, {plan['recompute']} recompute, ZeRO-{plan['zero']}"
-        f"{', sequence parallel' if plan['sequence_parallel'] else ''}, {plan['precision']}.",
-        f"Memory per GPU {plan['memory_gb_per_gpu']:,.1f} GB: "
-        + ", ".join(f"{k} {v:,.1f}" for k, v in plan["memory_breakdown_gb"].items()) + ".",
-        f"Step time {plan['step_time_s']:,.3f} s: "
-        + ", ".join(f"{k} {v:,.3f}" for k, v in plan["step_breakdown_s"].items() if v > 0) + ".",
-    ]
+    lines += _serving_text(s, h) if p["kind"] == "serve" else _training_text(s, h)
     lines.append(h("Bill of materials"))
     lines += _bom_table(s["bom"], markdown)
     lines.append(h("Solver"))
@@ -212,6 +235,60 @@ def render_text(s: dict[str, Any], markdown: bool = False) -> str:
         lines.append("This answer rests on figures no source gives (override them in catalogs/):")
         lines += [f"- {a}" for a in s["assumptions"]]
     return "\n".join(lines) + "\n"
+
+
+def _cost_line(cost: dict[str, Any]) -> str:
+    return (f"Capex {_money(cost['capex_usd'])}; electricity {_money(cost['opex_usd_per_year'])}/year; "
+            f"TCO over {cost['horizon_years']:g} years {_money(cost['tco_usd'])}; IT power "
+            f"{cost['it_power_kw']:,.1f} kW ({cost['facility_power_kw']:,.1f} kW with PUE {cost['pue']:g}).")
+
+
+def _training_text(s: dict[str, Any], h) -> list[str]:
+    p, plan, cost = s["problem"], s["plan"], s["cost"]
+    goal = ("fastest training within " + (f"a {_money(p['budget_usd'])} {p['budget_covers']} budget"
+            if p["budget_usd"] else "the power cap")) if p["objective"] == "min_time" \
+        else f"lowest TCO that trains within {p['deadline_days']:,.1f} days"
+    net = plan["fabric"] or "no network (one server)"
+    return [
+        f"{p['model']} on {p['tokens']:.3g} tokens; goal: {goal}.",
+        h("Recommendation"),
+        f"Buy {plan['gpus']} x {plan['gpu']} in {plan['servers']} x {plan['server']}, network: {net}.",
+        f"Predicted training time {plan['days']:,.1f} days at {plan['tokens_per_s']:,.0f} tokens/s "
+        f"({plan['tflops_per_gpu']:,.0f} TFLOP/s per GPU, MFU {plan['mfu']:.1%}).",
+        _cost_line(cost),
+        h("Parallel plan"),
+        f"TP={plan['tp']} PP={plan['pp']} DP={plan['dp']} ({plan['gpus_used']} GPUs used), micro-batch "
+        f"{plan['micro_batch']} x {plan['micro_batches']} per step, global batch {plan['global_batch_seqs']} "
+        f"sequences, {plan['recompute']} recompute, ZeRO-{plan['zero']}"
+        f"{', sequence parallel' if plan['sequence_parallel'] else ''}, {plan['precision']}.",
+        f"Memory per GPU {plan['memory_gb_per_gpu']:,.1f} GB: "
+        + ", ".join(f"{k} {v:,.1f}" for k, v in plan["memory_breakdown_gb"].items()) + ".",
+        f"Step time {plan['step_time_s']:,.3f} s: "
+        + ", ".join(f"{k} {v:,.3f}" for k, v in plan["step_breakdown_s"].items() if v > 0) + ".",
+    ]
+
+
+def _serving_text(s: dict[str, Any], h) -> list[str]:
+    p, plan, cost = s["problem"], s["plan"], s["cost"]
+    demand = "; ".join(
+        f"{d['name']}: {d['output_tokens_per_s']:,.0f} output tokens/s of {d['input_len']} in / "
+        f"{d['output_len']} out" + (f", TTFT ≤ {d['ttft_ms']:g} ms" if d["ttft_ms"] else "")
+        + (f", TPOT ≤ {d['tpot_ms']:g} ms" if d["tpot_ms"] else "") for d in p["demands"])
+    lines = [f"Serve {p['model']} at minimum cost. {demand}.", h("Recommendation")]
+    for r in plan["replicas"]:
+        lines.append(f"{r['class']}: {r['replicas']} replica(s) of {r['tp'] * r['pp']} x {r['gpu']} in "
+                     f"{r['server']} (TP={r['tp']} PP={r['pp']}, {r['precision']} weights, {r['kv_precision']} KV), "
+                     f"batch {r['batch']}: {r['output_tokens_per_s_each']:,.0f} output tokens/s each, "
+                     f"TTFT {r['ttft_ms']:,.0f} ms, TPOT {r['tpot_ms']:,.1f} ms.")
+    lines.append(f"In all {plan['gpus']} GPUs ({', '.join(plan['gpu_types'])}) in {plan['servers']} servers; "
+                 "capacity " + ", ".join(f"{c['name']} {c['capacity_output_tokens_per_s']:,.0f} of "
+                                         f"{c['demand_output_tokens_per_s']:,.0f}" for c in plan["classes"])
+                 + " output tokens/s.")
+    lines.append(_cost_line(cost))
+    lines.append(f"At the demanded rate all {cost['horizon_years']:g} years: "
+                 f"${cost['usd_per_million_output_tokens']:,.3f} per million output tokens "
+                 f"({cost['output_tokens_per_usd'] / 1e6:,.1f} M output tokens per dollar).")
+    return lines
 
 
 def _bom_table(rows: list[dict[str, Any]], markdown: bool) -> list[str]:

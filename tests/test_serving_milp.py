@@ -1,0 +1,205 @@
+"""Serving in the MIP: replica counts of several types, equal to brute force; mixes where cheaper."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from optimizer.cli import main
+from optimizer.milp import Status, Targets, group_costs, purchase, solve
+from optimizer.perf.serve import ServePlan
+from optimizer.plans import Group, PlanTable, ServeCandidate
+from optimizer.problem import load_problem
+from optimizer.recommend import recommend
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def random_serving(rng: random.Random) -> tuple[PlanTable, Targets]:
+    groups: dict[str, Group] = {}
+    cands: list[ServeCandidate] = []
+    classes = ["a", "b"][: rng.randint(1, 2)]
+    for gi in range(rng.randint(1, 3)):
+        slots = rng.choice([2, 4, 8])
+        g = Group(f"gpu{gi}", f"srv{gi}", None, slots, rng.random() < 0.4, rng.uniform(1e3, 3e4),
+                  rng.uniform(1e3, 4e4), rng.uniform(70, 700), rng.uniform(200, 3000), 0, 0.0, 0.0, 0, 0.0, 0.0,
+                  "serve")
+        groups[g.key] = g
+        for ci in range(rng.randint(1, 3)):
+            size = rng.choice([s for s in (1, 2, 4, 8) if s <= slots])
+            plan = ServePlan(tp=size, batch=rng.randint(1, 64))
+            cands.append(ServeCandidate(f"{g.key}/c{ci}", g.key, rng.choice(classes), plan,
+                                        rng.uniform(200, 5000) * size, 0.1, 0.05, 10.0))
+    demands = tuple((k, rng.uniform(500, 12000)) for k in classes)
+    targets = Targets("min_cost", 0.0, None, rng.choice([None, rng.uniform(5e4, 5e5)]), rng.choice(["capex", "tco"]),
+                      rng.choice([None, rng.uniform(2e3, 4e4)]), rng.uniform(0, 8), demands)
+    return PlanTable((), groups, serving=tuple(cands)), targets
+
+
+def brute_force(table: PlanTable, t: Targets) -> float | None:
+    """Every combination of replica counts up to what one type alone would need."""
+    from optimizer.milp import replica_bound
+
+    ranges = [range(replica_bound(r, t) + 1) for r in table.serving]
+    best = None
+    for counts in itertools.product(*ranges):
+        supply: dict[str, float] = {}
+        used: dict[str, int] = {}
+        for r, n in zip(table.serving, counts, strict=True):
+            supply[r.demand] = supply.get(r.demand, 0.0) + r.tokens_per_s * n
+            used[r.group] = used.get(r.group, 0) + r.gpus_per_replica * n
+        if any(supply.get(k, 0.0) < d for k, d in t.demands):
+            continue
+        capex = power = 0.0
+        for h, gpus in used.items():
+            p = purchase(table.groups[h], gpus)
+            c, w = group_costs(table.groups[h], p.gpus, p.servers, p.leaf_switches, p.spine_switches)
+            capex, power = capex + c, power + w
+        tco = capex + t.opex_usd_per_w * power
+        if t.power_cap_w is not None and power > t.power_cap_w:
+            continue
+        if t.budget_usd is not None and (tco if t.budget_covers == "tco" else capex) > t.budget_usd:
+            continue
+        best = tco if best is None else min(best, tco)
+    return best
+
+
+def _small(table: PlanTable, t: Targets) -> bool:
+    from optimizer.milp import replica_bound
+
+    return math.prod(replica_bound(r, t) + 1 for r in table.serving) <= 20_000
+
+
+SEEDS = [s for s in range(400) if _small(*random_serving(random.Random(s)))][:200]
+
+
+def test_enough_small_instances():
+    assert len(SEEDS) == 200
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_serving_mip_equals_brute_force(seed):
+    table, targets = random_serving(random.Random(seed))
+    expected = brute_force(table, targets)
+    sol = solve(table, targets, "ortools", 20, 0.0)
+    if expected is None:
+        assert sol.status == Status.INFEASIBLE, seed
+        return
+    assert sol.status == Status.OPTIMAL, seed
+    assert math.isclose(sol.objective, expected, rel_tol=1e-6), (seed, sol.objective, expected)
+    assert math.isclose(sol.tco, expected, rel_tol=1e-6), seed
+
+
+@pytest.mark.parametrize("seed", SEEDS[::10])
+def test_serving_pulp_equals_brute_force(seed):
+    table, targets = random_serving(random.Random(seed))
+    expected = brute_force(table, targets)
+    sol = solve(table, targets, "pulp", 20, 0.0)
+    if expected is None:
+        assert sol.status == Status.INFEASIBLE
+    else:
+        assert math.isclose(sol.objective, expected, rel_tol=1e-6)
+
+
+def test_some_random_optima_mix_gpu_types():
+    mixed = 0
+    for seed in SEEDS:
+        table, targets = random_serving(random.Random(seed))
+        sol = solve(table, targets, "ortools", 20, 0.0)
+        if sol.status == Status.OPTIMAL and len({table.groups[p.group].gpu for p in sol.purchases}) > 1:
+            mixed += 1
+    assert mixed >= 5
+
+
+def test_seed_problem_mixes_h100_and_4090_because_it_is_strictly_cheaper(catalog):
+    """On the shipped seed comparison the optimum mixes both machines and beats either alone."""
+    tco = {}
+    for name in ("llama2_70b_serving", "llama2_70b_serving_h100", "llama2_70b_serving_4090"):
+        rec = recommend(load_problem(ROOT / "problems" / f"{name}.yaml", catalog), catalog)
+        tco[name] = rec.solution.tco
+        if name == "llama2_70b_serving":
+            gpus = {rec.table.groups[p.group].gpu for p in rec.solution.purchases}
+    assert gpus == {"h100-sxm", "rtx-4090"}
+    assert tco["llama2_70b_serving"] < min(tco["llama2_70b_serving_h100"], tco["llama2_70b_serving_4090"]) * 0.99
+
+
+def _write(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+SERVE = """\
+schema_version: 1
+name: s
+workload:
+  kind: serve
+  model: llama3-8b
+  classes:
+    - {name: chat, input_len: 512, output_len: 128, output_tokens_per_s: 5000, tpot_ms: 50}
+objective: min_cost
+hardware: {allow_gpus: [l40s, a100-sxm-80gb]}
+"""
+
+
+def test_serving_problem_solves_and_reports(tmp_path):
+    r = CliRunner().invoke(main, ["solve", _write(tmp_path, SERVE), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert data["plan"]["replicas"] and data["cost"]["usd_per_million_output_tokens"] > 0
+    assert data["plan"]["classes"][0]["capacity_output_tokens_per_s"] >= 5000
+    assert all(rep["tpot_ms"] <= 50 for rep in data["plan"]["replicas"])
+
+
+def test_unreachable_latency_says_latency(tmp_path):
+    r = CliRunner().invoke(main, ["solve", _write(tmp_path, SERVE.replace("tpot_ms: 50", "tpot_ms: 0.5"))])
+    assert r.exit_code == 1, r.output
+    assert "latency: even one chat request at a time misses its limit" in r.output
+
+
+def test_model_too_big_says_memory(tmp_path):
+    text = SERVE.replace("llama3-8b", "llama3-405b").replace("[l40s, a100-sxm-80gb]", "[l4]")
+    r = CliRunner().invoke(main, ["solve", _write(tmp_path, text)])
+    assert r.exit_code == 1 and "l4: memory: needs" in r.output
+
+
+def test_budget_too_small_says_budget(tmp_path):
+    text = SERVE.replace("objective: min_cost", "objective: min_cost\nbudget: {usd: 30k}")
+    r = CliRunner().invoke(main, ["solve", _write(tmp_path, text)])
+    assert r.exit_code == 1, r.output
+    assert "budget: the cheapest cluster that meets the other targets costs $" in r.output
+
+
+def test_serving_problem_validation(tmp_path):
+    bad = SERVE.replace("output_tokens_per_s: 5000", "output_tokens_per_s: 5000, requests_per_s: 3")
+    r = CliRunner().invoke(main, ["solve", _write(tmp_path, bad)])
+    assert r.exit_code == 2 and "exactly one of output_tokens_per_s and requests_per_s" in r.output
+    r = CliRunner().invoke(main, ["solve", _write(tmp_path, SERVE.replace("input_len", "inptu_len"))])
+    assert r.exit_code == 2 and "Did you mean 'input_len'?" in r.output
+    r = CliRunner().invoke(main, ["solve", _write(tmp_path, SERVE.replace("min_cost", "min_time"))])
+    assert r.exit_code == 2 and "minimum cost" in r.output
+
+
+def test_estimate_serve_json_keys():
+    r = CliRunner().invoke(main, ["estimate", "serve", "--model", "llama2-70b", "--gpu", "h100-sxm", "--gpus", "16",
+                                  "--tp", "8", "--input-len", "512", "--output-len", "256", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    for key in ("fits", "max_batch", "memory_gb_per_gpu", "ttft_ms", "tpot_ms", "output_tokens_per_s",
+                "total_tokens_per_s"):
+        assert key in out
+    assert out["replicas"] == 2 and out["batch_per_replica"] == out["max_batch"]  # saturated by default
+    assert out["total_tokens_per_s"] == pytest.approx(out["output_tokens_per_s"] * (512 + 256) / 256)
+    one = CliRunner().invoke(main, ["estimate", "serve", "--model", "llama2-70b", "--gpu", "h100-sxm", "--gpus", "8",
+                                    "--tp", "8", "--input-len", "512", "--output-len", "256", "--batch", "1",
+                                    "--format", "json"])
+    assert json.loads(one.output)["tpot_ms"] < out["tpot_ms"]
+    r = CliRunner().invoke(main, ["estimate", "serve", "--model", "llama2-70b", "--gpu", "h100-sxm", "--gpus", "8",
+                                  "--input-len", "1", "--output-len", "1", "--batch", "2", "--concurrency", "3"])
+    assert r.exit_code == 2 and "not both" in r.output
