@@ -44,6 +44,7 @@ class MatmulEfficiency(Record):
     bf16: float | None = Field(default=None, gt=0, le=1)
     fp16: float | None = Field(default=None, gt=0, le=1)
     fp8: float | None = Field(default=None, gt=0, le=1)
+    same_as: str | None = None  # take another GPU's values (same silicon): one number, one place
     source: str
     assumption: bool = False
 
@@ -187,11 +188,13 @@ class EfficiencyFile(Record):
     kv_memory_fraction: Sourced
     decode_gemm_efficiency: Sourced
     attention_bw_efficiency: Sourced
+    elementwise_bytes: Sourced
+    attention_kernel_efficiency: Sourced
 
     @model_validator(mode="after")
     def _fractions(self) -> EfficiencyFile:
         for name in ("mem_bw_efficiency", "dp_overlap", "kv_memory_fraction", "decode_gemm_efficiency",
-                     "attention_bw_efficiency"):
+                     "attention_bw_efficiency", "attention_kernel_efficiency"):
             value = getattr(self, name).value
             if not 0 < value <= 1:
                 raise ValueError(f"{name} must be a fraction in (0, 1], got {value}")
@@ -206,6 +209,8 @@ class EfficiencyFile(Record):
             kv_memory_fraction=self.kv_memory_fraction.value,
             decode_gemm=self.decode_gemm_efficiency.value,
             attention_bw=self.attention_bw_efficiency.value,
+            elementwise_bytes=self.elementwise_bytes.value,
+            attention_kernel=self.attention_kernel_efficiency.value,
         )
 
 
@@ -349,7 +354,27 @@ def load_catalog(root: Path | None = None) -> Catalog:
         efficiency=eff.efficiency(),  # type: ignore[attr-defined]
     )
     _check_references(cat)
-    return cat
+    return _resolve_same_as(cat)
+
+
+def _resolve_same_as(cat: Catalog) -> Catalog:
+    """Fill ``matmul_efficiency.same_as`` references with the referenced GPU's figures."""
+    from dataclasses import replace
+
+    gpus = dict(cat.gpus)
+    for gid, gpu in cat.gpus.items():
+        ref = gpu.matmul_efficiency.same_as
+        if ref is None:
+            continue
+        if ref not in cat.gpus or cat.gpus[ref].matmul_efficiency.same_as is not None:
+            raise CatalogError(f"{cat.root / 'gpus.yaml'}: gpu '{gid}': matmul_efficiency.same_as must name a GPU "
+                               f"with its own figures, got '{ref}'.{suggest(ref, cat.gpus)}")
+        theirs = cat.gpus[ref].matmul_efficiency
+        mine = gpu.matmul_efficiency.model_copy(update={
+            "bf16": theirs.bf16 if gpu.bf16_tflops else None, "fp16": theirs.fp16 if gpu.fp16_tflops else None,
+            "fp8": theirs.fp8 if gpu.fp8_tflops else None})
+        gpus[gid] = gpu.model_copy(update={"matmul_efficiency": mine})
+    return replace(cat, gpus=gpus)
 
 
 def _ref(path: Path, owner: str, field: str, ident: str | None, table: dict[str, Record]) -> None:

@@ -291,50 +291,68 @@ def _pick(catalog: Catalog, kind: str, wanted: str | None, allowed: list[str], w
 
 @main.command("validate")
 @click.option("--data", "data_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="A CSV of published serving runs (default: calibration/serving_runs.csv).")
+              help="A CSV of published runs with the serving or training columns "
+                   "(default: both files in calibration/).")
 @click.option("--format", "fmt", type=click.Choice(["text", "csv", "json"]), default="text", show_default=True)
 @catalog_option
 @handle_errors
 def validate_cmd(data_file: Path | None, fmt: str, catalog_dir: Path | None) -> None:
-    """Predicted versus measured throughput and latency for every row the model can express.
+    """Predicted versus measured for every published run the model can express.
 
-    Rows it cannot express are listed with the reason; the median and 90th-percentile
-    absolute error close the report.
+    Serving rows compare output tokens/s (and TTFT/TPOT where given); training rows compare MFU
+    or TFLOP/s per GPU by the row's own FLOP convention. Rows the model cannot express are
+    listed with the reason; median and 90th-percentile absolute errors close each report.
 
     \b
     Example:
       gpuopt validate --format csv > errors.csv
     """
     from optimizer.calibrate import default_data_dir, render, validate_serving
+    from optimizer.calibrate_train import TRAINING_COLUMNS, validate_training
 
     cat = load_catalog(catalog_dir)
-    report = validate_serving(data_file or default_data_dir() / "serving_runs.csv", cat)
-    click.echo(render(report, fmt), nl=False)
+    data = default_data_dir()
+    files = [data_file] if data_file else [data / "serving_runs.csv", data / "training_runs.csv"]
+    for path in files:
+        header = path.open(encoding="utf-8").readline() if path.exists() else ""
+        if "achieved_tflops_per_gpu" in header or all(c in header for c in TRAINING_COLUMNS[:5]):
+            report = validate_training(path, cat, data / "aliases.yaml")
+        else:
+            report = validate_serving(path, cat)
+        click.echo(render(report, fmt), nl=False)
 
 
 @main.command("fit")
-@click.option("--data", "data_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="A CSV of published serving runs (default: calibration/serving_runs.csv).")
 @catalog_option
 @handle_errors
-def fit_cmd(data_file: Path | None, catalog_dir: Path | None) -> None:
-    """Refit the serving efficiency parameters from published runs (deterministic grid search).
+def fit_cmd(catalog_dir: Path | None) -> None:
+    """Refit the efficiency factors from calibration/ (deterministic grid searches).
 
-    Prints the values to put in catalogs/efficiency.yaml and catalogs/network.yaml.
+    Training first (GPU GEMM efficiency, element-wise traffic, attention kernels, DP overlap), then
+    serving on that result (weight and KV streaming, decode GEMMs, PCIe all-reduce, Hopper FP8).
+    Prints the values to put in catalogs/.
     """
     from optimizer.calibrate import FIT_GRID, PCIE_LINKS, default_data_dir, fit_serving
+    from optimizer.calibrate_train import TRAINING_GRID, apply_training, fit_training
 
     cat = load_catalog(catalog_dir)
-    path = data_file or default_data_dir() / "serving_runs.csv"
-    fit = fit_serving(path, cat)
-    click.echo(f"searched {', '.join(f'{k} {list(v)}' for k, v in FIT_GRID.items())}")
-    click.echo(f"best on {fit.rows} rows of {path}: median |error| {fit.median:.1%}, "
-               f"90th percentile {fit.p90:.1%} (output tokens/s)")
-    p = fit.params
-    click.echo("catalogs/efficiency.yaml:")
-    click.echo(f"  mem_bw_efficiency: {p['mem_bw']:g}\n  attention_bw_efficiency: {p['attention_bw']:g}\n"
-               f"  decode_gemm_efficiency: {p['decode_gemm']:g}")
-    click.echo(f"catalogs/network.yaml: efficiency {p['pcie_efficiency']:g} for {', '.join(PCIE_LINKS)}")
+    data = default_data_dir()
+    train = fit_training(data / "training_runs.csv", cat, data / "aliases.yaml")
+    click.echo(f"training: searched {', '.join(f'{k} {list(v)}' for k, v in TRAINING_GRID.items())}")
+    click.echo(f"  best on {train.rows} rows: median |error| {train.median:.1%}, 90th percentile {train.p90:.1%}")
+    t = train.params
+    click.echo(f"  catalogs/gpus.yaml: a100-sxm-80gb bf16 {t['a100_gemm']:g}, h100-sxm bf16 {t['h100_gemm']:g}")
+    click.echo(f"  catalogs/efficiency.yaml: elementwise_bytes {t['elementwise_bytes']:g}, "
+               f"attention_kernel_efficiency {t['attention_kernel']:g}, dp_overlap {t['dp_overlap']:g}")
+    serving = fit_serving(data / "serving_runs.csv", apply_training(cat, t))
+    click.echo(f"serving: searched {', '.join(f'{k} {list(v)}' for k, v in FIT_GRID.items())}")
+    click.echo(f"  best on {serving.rows} rows: median |error| {serving.median:.1%}, "
+               f"90th percentile {serving.p90:.1%} (output tokens/s)")
+    p = serving.params
+    click.echo(f"  catalogs/efficiency.yaml: mem_bw_efficiency {p['mem_bw']:g}, attention_bw_efficiency "
+               f"{p['attention_bw']:g}, decode_gemm_efficiency {p['decode_gemm']:g}")
+    click.echo(f"  catalogs/gpus.yaml: h100-sxm fp8 {p['h100_fp8_gemm']:g}")
+    click.echo(f"  catalogs/network.yaml: efficiency {p['pcie_efficiency']:g} for {', '.join(PCIE_LINKS)}")
 
 
 @main.group()

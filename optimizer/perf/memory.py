@@ -46,7 +46,8 @@ class MemoryResult:
 
 
 def activation_bytes_per_layer(
-    m: ModelSpec, seq_len: int, micro_batch: int, tp: int, recompute: str, sequence_parallel: bool
+    m: ModelSpec, seq_len: int, micro_batch: int, tp: int, recompute: str, sequence_parallel: bool,
+    flash_attention: bool = False,
 ) -> float:
     """Activation bytes one layer keeps for the backward pass, per GPU.
 
@@ -56,7 +57,8 @@ def activation_bytes_per_layer(
     attention-output input, and the MLP's 16). Here K and V take their GQA width and the
     MLP its own width: GELU keeps 4·s·b·f, SwiGLU 6·s·b·f. Selective recompute drops the
     5·a·s²·b attention term; full recompute keeps only the layer input, 2·s·b·h.
-    Sequence parallelism shards the 10·s·b·h part over TP as well.
+    Sequence parallelism shards the 10·s·b·h part over TP as well. FlashAttention (Dao et al.
+    2022) never stores the scores either, so without recompute it keeps what selective does.
     """
     s, b, h, a = seq_len, micro_batch, m.hidden, m.heads
     if recompute == "full":
@@ -65,7 +67,7 @@ def activation_bytes_per_layer(
     unsharded = 10.0 * s * b * h
     mlp = (4.0 if m.mlp == "gelu" else 6.0) * s * b * m.ffn_hidden
     sharded = 4.0 * s * b * h + 4.0 * s * b * m.kv_hidden + mlp
-    if recompute == "none":
+    if recompute == "none" and not flash_attention:
         sharded += 5.0 * a * s * s * b
     if sequence_parallel:
         unsharded /= tp
@@ -92,7 +94,8 @@ def training_memory(m: ModelSpec, plan: TrainPlan, reserved: float = 0.0) -> Mem
     embed_in = m.vocab * m.hidden + (m.seq_len * m.hidden if m.mlp == "gelu" else 0)
     embed_out = 0 if m.tied_embeddings else m.vocab * m.hidden
     logits = 4.0 * s * plan.micro_batch * m.vocab / tp
-    act_layer = activation_bytes_per_layer(m, s, plan.micro_batch, tp, plan.recompute, plan.sequence_parallel)
+    act_layer = activation_bytes_per_layer(m, s, plan.micro_batch, tp, plan.recompute, plan.sequence_parallel,
+                                           plan.flash_attention)
     in_flight = min(pp, plan.num_micro_batches)
     if pp == 1:
         stages = [(shape.param_count(m), act_layer * layers + logits)]

@@ -104,6 +104,9 @@ class Efficiency:
     kv_memory_fraction: float = 1.0  # share of free memory a serving engine gives the KV cache
     decode_gemm: float = 1.0  # decode GEMMs' efficiency relative to the GPU's matmul efficiency
     attention_bw: float = 0.8  # achieved fraction of memory bandwidth reading the KV cache
+    elementwise_bytes: float = 0.0  # training: bytes per token, per layer, per unit of hidden
+    # (norms, activations, residuals, dropout: forward and backward) moved by memory-bound kernels
+    attention_kernel: float = 1.0  # training attention kernels' efficiency relative to GEMMs
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,7 @@ class TrainPlan:
     zero: int = 1
     precision: str = "bf16"
     seq_len: int | None = None  # None: the model's own
+    flash_attention: bool = True  # fused attention never stores the s×s scores (Dao et al. 2022)
 
     @property
     def gpus(self) -> int:

@@ -102,6 +102,35 @@ def optimizer_time(m: ModelSpec, plan: TrainPlan, hw: Hardware, eff: Efficiency)
     return opt_params * OPTIMIZER_BYTES_TOUCHED / (hw.device.mem_bw * eff.mem_bw)
 
 
+def compute_time(m: ModelSpec, hw: Hardware, plan: TrainPlan, eff: Efficiency) -> float:
+    """Seconds of GPU work per token on one GPU of a stage (forward + backward + recompute).
+
+    Three kinds of kernel, each at its own speed: GEMMs over the weights at the GPU's matmul
+    efficiency; attention (12·s·h per layer, +4·s·h recomputed under selective or full
+    recompute) at ``attention_kernel`` times that; and memory-bound element-wise kernels moving
+    ``elementwise_bytes · h`` bytes per layer (a third more when the forward is recomputed).
+    Without FlashAttention the s×s scores also pass through memory: about 27 bytes per score per
+    layer (QKᵀ, softmax and dropout, forward and backward).
+    """
+    s = plan.seq_len or m.seq_len
+    dev = hw.device
+    rate = dev.peak(plan.precision) * dev.efficiency(plan.precision)
+    bw = dev.mem_bw * eff.mem_bw
+    layers = m.layers
+    gemm = 6.0 * shape.matmul_params_per_layer(m) * layers + 6.0 * m.vocab * m.hidden
+    attention = 12.0 * s * m.hidden * layers
+    elementwise = eff.elementwise_bytes * m.hidden * layers
+    if plan.recompute == "full":
+        gemm += 2.0 * shape.matmul_params_per_layer(m) * layers
+        attention += 4.0 * s * m.hidden * layers
+        elementwise *= 4.0 / 3.0
+    elif plan.recompute == "selective":
+        attention += 4.0 * s * m.hidden * layers
+    scores = 0.0 if plan.flash_attention else 27.0 * m.heads * s * layers
+    gpu_share = plan.tp * plan.pp
+    return (gemm / rate + attention / (rate * eff.attention_kernel) + (elementwise + scores) / bw) / gpu_share
+
+
 def train_step(m: ModelSpec, hw: Hardware, plan: TrainPlan, eff: Efficiency) -> TrainResult:
     """Predict one configuration. Raises ValueError for a precision the GPU lacks."""
     dev = hw.device
@@ -111,14 +140,13 @@ def train_step(m: ModelSpec, hw: Hardware, plan: TrainPlan, eff: Efficiency) -> 
     s = plan.seq_len or m.seq_len
     tp, pp, b, mb = plan.tp, plan.pp, plan.micro_batch, plan.num_micro_batches
     layers = math.ceil(m.layers / pp)
-    rate = peak * dev.efficiency(plan.precision)
 
     memory = training_memory(m, plan, eff.reserved_memory)
 
     hw_flops_token = shape.hardware_flops_per_token(m, plan.recompute, s)
     model_flops_token = shape.model_flops_per_token(m, s)
     tokens_mb = b * s
-    compute_mb = hw_flops_token * tokens_mb / (tp * pp) / rate
+    compute_mb = compute_time(m, hw, plan, eff) * tokens_mb
 
     tp_mb = 0.0
     if tp > 1:
