@@ -330,3 +330,12 @@ def fit_serving(path: Path, catalog: Catalog, grid: dict[str, tuple[float, ...]]
 def _key(score: tuple[float, float, int], target: float) -> tuple[int, float]:
     median, p90, _ = score
     return (0, p90) if median <= target else (1, median)
+
+
+def ratio_quantiles(report: Report) -> dict[int, float]:
+    """Quantiles of measured / predicted over a report's main figures (rounded to 3 decimals):
+    what catalogs/uncertainty.yaml holds."""
+    from optimizer.catalog import QUANTILES
+
+    ratios = [c.measured / c.predicted for c in report.comparisons if c.metric not in ("ttft_ms", "tpot_ms")]
+    return {q: round(percentile(ratios, q), 3) for q in QUANTILES}

@@ -214,6 +214,36 @@ class EfficiencyFile(Record):
         )
 
 
+QUANTILES = (5, 10, 20, 25, 50, 75, 80, 90, 95)
+
+
+class Band(Record):
+    """Quantiles of measured / predicted over the calibration rows of one workload kind."""
+
+    rows: int = Field(ge=1)
+    source: str
+    ratio_quantiles: dict[int, float]
+
+    @model_validator(mode="after")
+    def _complete(self) -> Band:
+        missing = [q for q in QUANTILES if q not in self.ratio_quantiles]
+        if missing:
+            raise ValueError(f"ratio_quantiles needs the quantiles {list(QUANTILES)}; missing {missing}")
+        values = [self.ratio_quantiles[q] for q in QUANTILES]
+        if values != sorted(values) or values[0] <= 0:
+            raise ValueError("ratio_quantiles must be positive and rise with the quantile")
+        return self
+
+    def ratio(self, quantile: int) -> float:
+        return self.ratio_quantiles[quantile]
+
+
+class UncertaintyFile(Record):
+    schema_version: int
+    training: Band
+    serving: Band
+
+
 class GpuFile(Record):
     schema_version: int
     prices_as_of: str
@@ -254,6 +284,13 @@ class Catalog:
     models: dict[str, ModelPreset]
     facility: Facility
     efficiency: Efficiency
+    uncertainty: UncertaintyFile | None = None
+
+    def band(self, kind: str) -> Band:
+        """The residual band of a workload kind ('train' or 'serve')."""
+        if self.uncertainty is None:
+            raise CatalogError(f"{self.root}: no uncertainty.yaml. To fix: run 'gpuopt fit' and save its bands.")
+        return self.uncertainty.training if kind == "train" else self.uncertainty.serving
 
     def get(self, kind: str, ident: str) -> Record:
         table: dict[str, Record] = getattr(self, kind)
@@ -340,6 +377,7 @@ def load_catalog(root: Path | None = None) -> Catalog:
     models_f = _load(root, "models.yaml", ModelFile)
     facility = _load(root, "facility.yaml", Facility)
     eff = _load(root, "efficiency.yaml", EfficiencyFile)
+    bands = _load(root, "uncertainty.yaml", UncertaintyFile)
     cat = Catalog(
         root=root,
         prices_as_of=gpus_f.prices_as_of,  # type: ignore[attr-defined]
@@ -352,6 +390,7 @@ def load_catalog(root: Path | None = None) -> Catalog:
         models=_index(root / "models.yaml", "model", models_f.models),  # type: ignore[attr-defined]
         facility=facility,  # type: ignore[arg-type]
         efficiency=eff.efficiency(),  # type: ignore[attr-defined]
+        uncertainty=bands,  # type: ignore[arg-type]
     )
     _check_references(cat)
     return _resolve_same_as(cat)

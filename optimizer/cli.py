@@ -68,10 +68,13 @@ def main() -> None:
 @click.option("--solver", type=click.Choice(["ortools", "pulp"]), default=None,
               help="MIP backend (default: the problem's solver.backend, else ortools).")
 @click.option("--time-limit", type=click.FloatRange(min=1), default=None, help="Seconds per MIP solve.")
+@click.option("--confidence", type=click.Choice(["50", "75", "80", "90", "95"]), default=None,
+              help="Plan so the deadline or demand holds with this probability (percent), from the model's "
+                   "error on published runs; overrides the problem's 'confidence'.")
 @catalog_option
 @handle_errors
 def solve(problem_file: Path, fmt: str, bom_file: Path | None, solver: str | None, time_limit: float | None,
-          catalog_dir: Path | None) -> None:
+          confidence: str | None, catalog_dir: Path | None) -> None:
     """Find the optimal cluster for PROBLEM_FILE and print it.
 
     \b
@@ -87,6 +90,10 @@ def solve(problem_file: Path, fmt: str, bom_file: Path | None, solver: str | Non
                            "To fix: use .csv, .xlsx, .json or .md.")
     catalog = load_catalog(catalog_dir)
     problem = load_problem(problem_file, catalog)
+    if confidence is not None:
+        from dataclasses import replace
+
+        problem = replace(problem, confidence=int(confidence))
     rec = recommend(problem, catalog, solver, time_limit)
     result = summary(rec, catalog)
     click.echo(render(result, fmt), nl=False)
@@ -172,6 +179,10 @@ def estimate_train(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, mic
         "tflops_per_gpu": result.flops_per_gpu / 1e12, "mfu": result.mfu, "hfu": result.hfu,
         "days": result.days(parse_quantity(tokens)) if tokens else None,
     }
+    band = catalog.band("train")
+    out["band_90"] = {"tokens_per_s": [result.tokens_per_s * band.ratio(5), result.tokens_per_s * band.ratio(95)]}
+    if tokens:
+        out["band_90"]["days"] = [out["days"] / band.ratio(95), out["days"] / band.ratio(5)]
     if fmt == "json":
         click.echo(json.dumps(out, indent=2, sort_keys=True))
         return
@@ -180,10 +191,13 @@ def estimate_train(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, mic
     click.echo(f"memory per GPU {out['memory_gb_per_gpu']:,.1f} of {out['memory_capacity_gb']:,.0f} GB ({verdict}): "
                + ", ".join(f"{k} {v:,.1f}" for k, v in out["memory_breakdown_gb"].items()))
     click.echo(f"step {result.step_time:,.3f} s: " + ", ".join(f"{k} {v:,.3f}" for k, v in result.breakdown if v))
-    click.echo(f"{result.tokens_per_s:,.0f} tokens/s, {out['tflops_per_gpu']:,.1f} TFLOP/s per GPU, "
-               f"MFU {result.mfu:.1%} (HFU {result.hfu:.1%})")
+    lo, hi = out["band_90"]["tokens_per_s"]
+    click.echo(f"{result.tokens_per_s:,.0f} tokens/s (90 % band {lo:,.0f}-{hi:,.0f}), "
+               f"{out['tflops_per_gpu']:,.1f} TFLOP/s per GPU, MFU {result.mfu:.1%} (HFU {result.hfu:.1%})")
     if out["days"] is not None:
-        click.echo(f"{out['days']:,.1f} days for {parse_quantity(tokens):.3g} tokens")
+        d_lo, d_hi = out["band_90"]["days"]
+        click.echo(f"{out['days']:,.1f} days for {parse_quantity(tokens):.3g} tokens (90 % band "
+                   f"{d_lo:,.1f}-{d_hi:,.1f})")
 
 
 @estimate.command("serve")
@@ -250,6 +264,9 @@ def estimate_serve(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, pre
         "total_tokens_per_s": r.total_tokens_per_s * replicas,
         "requests_per_s": r.requests_per_s * replicas,
     }
+    band = catalog.band("serve")
+    out["band_90"] = {"output_tokens_per_s": [out["output_tokens_per_s"] * band.ratio(5),
+                                              out["output_tokens_per_s"] * band.ratio(95)]}
     if fmt == "json":
         click.echo(json.dumps(out, indent=2, sort_keys=True))
         return
@@ -262,8 +279,10 @@ def estimate_serve(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, pre
     click.echo(f"TTFT {out['ttft_ms']:,.1f} ms, TPOT {out['tpot_ms']:,.1f} ms (decode step "
                f"{out['decode_step_ms']:,.1f} ms: " + ", ".join(
                    f"{k} {v:,.2f}" for k, v in out["decode_breakdown_ms"].items() if v) + ")")
-    click.echo(f"{out['output_tokens_per_s']:,.0f} output tokens/s, {out['total_tokens_per_s']:,.0f} total "
-               f"tokens/s, {out['requests_per_s']:,.2f} requests/s for the group")
+    lo, hi = out["band_90"]["output_tokens_per_s"]
+    click.echo(f"{out['output_tokens_per_s']:,.0f} output tokens/s (90 % band {lo:,.0f}-{hi:,.0f}), "
+               f"{out['total_tokens_per_s']:,.0f} total tokens/s, {out['requests_per_s']:,.2f} requests/s "
+               "for the group")
 
 
 def _resolve(catalog: Catalog, model_ref: str, gpu_id: str, server_id: str | None):
@@ -353,6 +372,13 @@ def fit_cmd(catalog_dir: Path | None) -> None:
                f"{p['attention_bw']:g}, decode_gemm_efficiency {p['decode_gemm']:g}")
     click.echo(f"  catalogs/gpus.yaml: h100-sxm fp8 {p['h100_fp8_gemm']:g}")
     click.echo(f"  catalogs/network.yaml: efficiency {p['pcie_efficiency']:g} for {', '.join(PCIE_LINKS)}")
+    from optimizer.calibrate import ratio_quantiles, validate_serving
+    from optimizer.calibrate_train import validate_training
+
+    click.echo("catalogs/uncertainty.yaml (quantiles of measured / predicted with the catalog as it is):")
+    for kind, report in (("training", validate_training(data / "training_runs.csv", cat, data / "aliases.yaml")),
+                         ("serving", validate_serving(data / "serving_runs.csv", cat))):
+        click.echo(f"  {kind}: rows {report.overall()['rows']}, ratio_quantiles {ratio_quantiles(report)}")
 
 
 @main.group()

@@ -195,6 +195,7 @@ class ProblemFile(Strict):
     cost: Cost = Cost()
     search: Search = Search()
     solver: SolverOptions = SolverOptions()
+    confidence: Literal[50, 75, 80, 90, 95] | None = None
 
 
 @dataclass(frozen=True)
@@ -243,6 +244,7 @@ class Problem:
     demands: tuple[Demand, ...] = ()
     serve_precisions: tuple[str, ...] = ()
     kv_precision: str = "fp16"
+    confidence: int | None = None  # plan so targets hold with this probability (percent)
 
     @property
     def total_demand(self) -> float:
@@ -354,4 +356,13 @@ def load_problem(path: Path | str, catalog: Catalog) -> Problem:
                       for c in w.classes) if serving else (),
         serve_precisions=tuple(dict.fromkeys(w.precisions)) if serving else (),
         kv_precision=w.kv_precision if serving else "fp16",
+        confidence=spec.confidence,
     )
+
+
+def confidence_factor(problem: Problem, catalog: Catalog) -> float:
+    """What predicted rates are multiplied by to plan at the problem's confidence: the
+    (100 - confidence)th percentile of measured / predicted over the calibration rows."""
+    if problem.confidence is None:
+        return 1.0
+    return catalog.band(problem.kind).ratio(100 - problem.confidence)

@@ -14,7 +14,7 @@ from optimizer.milp import MilpSolution, Status, Targets, group_costs, purchase,
 from optimizer.perf.serve import ServeResult, serve
 from optimizer.perf.train import TrainResult, train_step
 from optimizer.plans import PlanTable, enumerate_candidates
-from optimizer.problem import Problem
+from optimizer.problem import Problem, confidence_factor
 
 HOURS_PER_YEAR = 8766.0
 
@@ -57,13 +57,16 @@ def verify(problem: Problem, catalog: Catalog, table: PlanTable,
     group = table.groups[c.group]
     hw = catalog.hardware(group.gpu, group.server, group.fabric)
     result = train_step(problem.model, hw, replace(c.plan, dp=sol.dp), catalog.efficiency)
+    factor = confidence_factor(problem, catalog)
+    planned = result.tokens_per_s * factor
     checks, problems = [], []
     gb = c.plan.micro_batch * c.plan.num_micro_batches * sol.dp
     (checks if result.fits else problems).append(
         f"memory {result.memory.total / 1e9:,.1f} GB per GPU ≤ {result.memory_capacity / 1e9:,.0f} GB")
-    ok = result.tokens_per_s >= sol.tokens_per_s * (1 - 1e-9)
+    ok = planned >= sol.tokens_per_s * (1 - 1e-9)
+    at = f" x {factor:.3f} at {problem.confidence} % confidence" if problem.confidence else ""
     (checks if ok else problems).append(
-        f"throughput at dp={sol.dp}: {result.tokens_per_s:,.0f} tokens/s ≥ the solver's {sol.tokens_per_s:,.0f}")
+        f"throughput at dp={sol.dp}: {result.tokens_per_s:,.0f}{at} ≥ the solver's {sol.tokens_per_s:,.0f} tokens/s")
     ok = problem.min_global_batch <= gb <= problem.max_global_batch
     (checks if ok else problems).append(
         f"global batch {gb} sequences within [{problem.min_global_batch}, {problem.max_global_batch}]")
@@ -73,7 +76,7 @@ def verify(problem: Problem, catalog: Catalog, table: PlanTable,
     (checks if ok else problems).append(
         f"hardware re-priced from the catalog: ${capex:,.0f} capex, {power / 1e3:,.2f} kW (solver ${sol.capex:,.0f})")
     if problem.deadline_s is not None:
-        days = problem.tokens / result.tokens_per_s / 86400
+        days = problem.tokens / planned / 86400
         ok = days <= problem.deadline_s / 86400 * (1 + 1e-9)
         (checks if ok else problems).append(f"{days:,.1f} days ≤ deadline {problem.deadline_s / 86400:,.1f} days")
     _limits(problem, sol, checks, problems)
@@ -101,6 +104,7 @@ def verify_serving(problem: Problem, catalog: Catalog, table: PlanTable,
     checks: list[str] = []
     problems: list[str] = []
     limits = {d.name: d for d in problem.demands}
+    factor = confidence_factor(problem, catalog)
     results = []
     used: dict[str, int] = {}
     for r, count in sol.replicas:
@@ -109,9 +113,9 @@ def verify_serving(problem: Problem, catalog: Catalog, table: PlanTable,
         results.append(res)
         used[r.group] = used.get(r.group, 0) + r.gpus_per_replica * count
         d = limits[r.demand]
-        ok = res.fits and res.output_tokens_per_s >= r.tokens_per_s * (1 - 1e-9)
-        ok = ok and (d.tpot_s is None or res.tpot <= d.tpot_s * (1 + 1e-9))
-        ok = ok and (d.ttft_s is None or res.ttft <= d.ttft_s * (1 + 1e-9))
+        ok = res.fits and res.output_tokens_per_s * factor >= r.tokens_per_s * (1 - 1e-9)
+        ok = ok and (d.tpot_s is None or res.tpot / factor <= d.tpot_s * (1 + 1e-9))
+        ok = ok and (d.ttft_s is None or res.ttft / factor <= d.ttft_s * (1 + 1e-9))
         (checks if ok else problems).append(
             f"{count} x {r.key.split('/')[0]} TP{r.plan.tp} PP{r.plan.pp} at batch {r.plan.batch}: "
             f"{res.output_tokens_per_s:,.0f} tokens/s each, TPOT {res.tpot * 1e3:,.1f} ms, "

@@ -91,19 +91,29 @@ def summary(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
     p, sol = rec.problem, rec.solution
     bom = bill_of_materials(rec, catalog)
     cost = {**_costs(rec, bom), "prices_as_of": catalog.prices_as_of}
+    band = catalog.band(p.kind)
+    low, high = band.ratio(5), band.ratio(95)
     if p.kind == "serve":
         plan = _serving_plan(rec)
+        for cls in plan["classes"]:
+            cls["capacity_band_90"] = [cls["capacity_output_tokens_per_s"] * low,
+                                       cls["capacity_output_tokens_per_s"] * high]
         seconds = p.horizon_years * HOURS_PER_YEAR * 3600
         cost["usd_per_million_output_tokens"] = cost["tco_usd"] / (p.total_demand * seconds) * 1e6
         cost["output_tokens_per_usd"] = p.total_demand * seconds / cost["tco_usd"]
         sense = "minimise TCO (USD)"
     else:
         plan = _training_plan(rec)
+        plan["tokens_per_s_band_90"] = [plan["tokens_per_s"] * low, plan["tokens_per_s"] * high]
+        plan["days_band_90"] = [plan["days"] / high, plan["days"] / low]
+        if p.confidence:
+            plan["planned_days"] = plan["days"] / band.ratio(100 - p.confidence)
         cost["training_energy_usd"] = (cost["it_power_kw"] * p.load_factor * p.pue * rec.days * 24
                                        * p.electricity_usd_per_kwh)
         sense = "maximise tokens/s" if p.objective == "min_time" else "minimise TCO (USD)"
     return {
         "problem": {"name": p.name, "file": str(p.path), "kind": p.kind, "objective": p.objective,
+                    "confidence": p.confidence,
                     "model": p.model_id, "tokens": p.tokens,
                     "deadline_days": p.deadline_s / 86400 if p.deadline_s else None,
                     "budget_usd": p.budget_usd, "budget_covers": p.budget_covers,
@@ -124,6 +134,9 @@ def summary(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
                    "candidates": len(rec.table.candidates) + len(rec.table.serving),
                    "templates_tried": rec.table.enumerated,
                    "pruned_as_dominated": rec.table.pruned, "dropped": dict(sorted(rec.table.dropped.items()))},
+        "uncertainty": {"rows": band.rows, "source": band.source, "ratio_5": low, "ratio_95": high,
+                        "confidence": p.confidence,
+                        "planning_factor": band.ratio(100 - p.confidence) if p.confidence else 1.0},
         "verification": list(rec.checks),
         "assumptions": assumptions_used(rec, catalog),
         "excluded_gpus": dict(sorted(rec.table.gpu_reasons.items())),
@@ -254,7 +267,11 @@ def _training_text(s: dict[str, Any], h) -> list[str]:
         h("Recommendation"),
         f"Buy {plan['gpus']} x {plan['gpu']} in {plan['servers']} x {plan['server']}, network: {net}.",
         f"Predicted training time {plan['days']:,.1f} days at {plan['tokens_per_s']:,.0f} tokens/s "
-        f"({plan['tflops_per_gpu']:,.0f} TFLOP/s per GPU, MFU {plan['mfu']:.1%}).",
+        f"({plan['tflops_per_gpu']:,.0f} TFLOP/s per GPU, MFU {plan['mfu']:.1%}); 90 % band "
+        f"{plan['days_band_90'][0]:,.1f}-{plan['days_band_90'][1]:,.1f} days "
+        f"(measured / predicted on {s['uncertainty']['rows']} published runs)."
+        + (f" Planned at {p['confidence']} % confidence: {plan['planned_days']:,.1f} days."
+           if p.get("confidence") else ""),
         _cost_line(cost),
         h("Parallel plan"),
         f"TP={plan['tp']} PP={plan['pp']} DP={plan['dp']} ({plan['gpus_used']} GPUs used), micro-batch "
@@ -282,8 +299,11 @@ def _serving_text(s: dict[str, Any], h) -> list[str]:
                      f"TTFT {r['ttft_ms']:,.0f} ms, TPOT {r['tpot_ms']:,.1f} ms.")
     lines.append(f"In all {plan['gpus']} GPUs ({', '.join(plan['gpu_types'])}) in {plan['servers']} servers; "
                  "capacity " + ", ".join(f"{c['name']} {c['capacity_output_tokens_per_s']:,.0f} of "
-                                         f"{c['demand_output_tokens_per_s']:,.0f}" for c in plan["classes"])
-                 + " output tokens/s.")
+                                         f"{c['demand_output_tokens_per_s']:,.0f} (90 % band "
+                                         f"{c['capacity_band_90'][0]:,.0f}-{c['capacity_band_90'][1]:,.0f})"
+                                         for c in plan["classes"])
+                 + " output tokens/s" + (f"; planned at {p['confidence']} % confidence." if p.get("confidence")
+                                         else "."))
     lines.append(_cost_line(cost))
     lines.append(f"At the demanded rate all {cost['horizon_years']:g} years: "
                  f"${cost['usd_per_million_output_tokens']:,.3f} per million output tokens "

@@ -122,3 +122,43 @@ def test_validate_cli_formats(tmp_path):
     bad.write_text("id,model\nx,y\n")
     r = runner.invoke(main, ["validate", "--data", str(bad)])
     assert r.exit_code == 2 and "missing column" in r.output
+
+
+def test_uncertainty_bands_equal_the_residuals(catalog):
+    from optimizer.calibrate import ratio_quantiles
+
+    train = ratio_quantiles(validate_training(TRAINING, catalog, ALIASES))
+    serve = ratio_quantiles(validate_serving(SERVING, catalog))
+    assert train == catalog.band("train").ratio_quantiles
+    assert serve == catalog.band("serve").ratio_quantiles
+
+
+def test_confidence_costs_more_and_still_meets_the_deadline(tiny_problem):
+    runner = CliRunner()
+    plain = json.loads(runner.invoke(main, ["solve", str(tiny_problem), "--format", "json"]).output)
+    sure = json.loads(runner.invoke(main, ["solve", str(tiny_problem), "--format", "json",
+                                           "--confidence", "90"]).output)
+    assert sure["problem"]["confidence"] == 90 and sure["uncertainty"]["planning_factor"] < 1
+    assert sure["cost"]["tco_usd"] >= plain["cost"]["tco_usd"]
+    assert sure["plan"]["planned_days"] <= 30 + 1e-9
+    lo, hi = plain["plan"]["days_band_90"]
+    assert lo < plain["plan"]["days"] < hi
+
+
+def test_confidence_must_be_a_calibrated_level(tiny_problem, tmp_path):
+    bad = tmp_path / "c.yaml"
+    bad.write_text(tiny_problem.read_text() + "confidence: 85\n")
+    r = CliRunner().invoke(main, ["solve", str(bad)])
+    assert r.exit_code == 2 and "field 'confidence'" in r.output
+
+
+def test_estimates_carry_a_band():
+    runner = CliRunner()
+    t = json.loads(runner.invoke(main, ["estimate", "train", "--model", "llama2-7b", "--gpu", "a100-sxm-80gb",
+                                        "--gpus", "8", "--tokens", "1T", "--format", "json"]).output)
+    lo, hi = t["band_90"]["tokens_per_s"]
+    assert lo < t["tokens_per_s"] < hi and t["band_90"]["days"][0] < t["days"] < t["band_90"]["days"][1]
+    s = json.loads(runner.invoke(main, ["estimate", "serve", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus",
+                                        "1", "--input-len", "128", "--output-len", "128", "--format", "json"]).output)
+    lo, hi = s["band_90"]["output_tokens_per_s"]
+    assert lo < s["output_tokens_per_s"] < hi

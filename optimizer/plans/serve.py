@@ -13,7 +13,7 @@ from dataclasses import replace
 from optimizer.catalog import Catalog
 from optimizer.perf.serve import ServePlan, batch_at_slo, max_batch, serve
 from optimizer.plans import PlanTable, ServeCandidate, build_groups, group_affordable, group_reason, prune_serving
-from optimizer.problem import Problem
+from optimizer.problem import Problem, confidence_factor
 
 
 def _power_of_two(n: int) -> bool:
@@ -32,6 +32,7 @@ def _math_supported(gpu, precision: str) -> bool:
 def enumerate_serving(problem: Problem, catalog: Catalog) -> PlanTable:
     """Every replica type that fits and meets a class's latency limits; reasons for the rest."""
     m, eff = problem.model, catalog.efficiency
+    factor = confidence_factor(problem, catalog)  # a confident plan: rates down, latencies up
     out: list[ServeCandidate] = []
     groups = {}
     dropped: Counter = Counter()
@@ -76,7 +77,8 @@ def enumerate_serving(problem: Problem, catalog: Catalog) -> PlanTable:
                                 _note(best_miss, "memory", need, f"memory: needs {need:,.1f} GB per GPU for one "
                                       f"{d.name} sequence at TP={tp} PP={pp} {precision}; has {gpu.memory_gb:g} GB")
                                 continue
-                            batch = batch_at_slo(m, hw, plan, eff, d.tpot_s, d.ttft_s)
+                            batch = batch_at_slo(m, hw, plan, eff, d.tpot_s and d.tpot_s * factor,
+                                                 d.ttft_s and d.ttft_s * factor)
                             if batch < 1:
                                 dropped["latency"] += 1
                                 one = serve(m, hw, replace(plan, batch=1), eff)
@@ -85,7 +87,8 @@ def enumerate_serving(problem: Problem, catalog: Catalog) -> PlanTable:
                             r = serve(m, hw, replace(plan, batch=batch), eff)
                             key = f"{group.key}/{d.name}/tp{tp}-pp{pp}-{precision}-b{batch}"
                             out.append(ServeCandidate(key, group.key, d.name, r_plan(plan, batch),
-                                                      r.output_tokens_per_s, r.ttft, r.tpot, r.memory_per_gpu / 1e9))
+                                                      r.output_tokens_per_s * factor, r.ttft / factor,
+                                                      r.tpot / factor, r.memory_per_gpu / 1e9))
                             groups[group.key] = group
         if len(out) == before:
             gpu_reasons[gpu_id] = (best_miss.get("latency") or best_miss.get("memory") or (0, "no replica type"))[1]

@@ -26,7 +26,7 @@ from optimizer.plans import (
     max_gpus,
     prune_dominated,
 )
-from optimizer.problem import Problem
+from optimizer.problem import Problem, confidence_factor
 
 NODE_BANDS = (2, 8, 32, 128, 512, 2048, 8192, 32768)
 
@@ -65,8 +65,11 @@ def _dp_bands(lo: int, hi: int, per_node: int, multi_node: bool) -> list[tuple[i
 
 
 def enumerate_plans(problem: Problem, catalog: Catalog) -> PlanTable:
-    """Every template that fits, with drop reasons for the rest, dominated ones pruned."""
+    """Every template that fits, with drop reasons for the rest, dominated ones pruned.
+
+    At a planning confidence, every rate is the model's times the calibration quantile."""
     eff = catalog.efficiency
+    factor = confidence_factor(problem, catalog)
     candidates: list[Candidate] = []
     groups: dict[str, Group] = {}
     dropped: Counter = Counter()
@@ -99,7 +102,7 @@ def enumerate_plans(problem: Problem, catalog: Catalog) -> PlanTable:
         for group in usable:
             groups[group.key] = group
             hw = catalog.hardware(gpu_id, group.server, group.fabric)
-            n, c = _group_candidates(problem, group, hw, eff, candidates, reason_counts, fit_cache)
+            n, c = _group_candidates(problem, group, hw, eff, candidates, reason_counts, fit_cache, factor)
             enumerated += n
             if c is not None and (best_memory is None or c[0] < best_memory[0]):
                 best_memory = c
@@ -122,7 +125,7 @@ def _memory_reason(gpu, best: tuple[float, str] | None, counts: Counter) -> str:
 
 
 def _group_candidates(problem: Problem, group: Group, hw: Hardware, eff, out: list[Candidate],
-                      reasons: Counter, fit_cache: dict) -> tuple[int, tuple[float, str] | None]:
+                      reasons: Counter, fit_cache: dict, factor: float) -> tuple[int, tuple[float, str] | None]:
     """Append the group's candidates to ``out``; return (templates tried, least memory that failed)."""
     m, search = problem.model, problem.search
     capacity = hw.device.memory
@@ -156,14 +159,14 @@ def _group_candidates(problem: Problem, group: Group, hw: Hardware, eff, out: li
                             if least is None or need < least[0]:
                                 least = (need, f"TP={tp} PP={pp} micro-batch {b}, {rc} recompute, ZeRO-{zero}")
                             continue
-                        for factor in search.micro_batches_per_stage:
-                            _add_bands(problem, group, hw, eff, replace(base, num_micro_batches=factor * pp),
-                                       dp_fit, out, reasons)
+                        for per_stage in search.micro_batches_per_stage:
+                            _add_bands(problem, group, hw, eff, replace(base, num_micro_batches=per_stage * pp),
+                                       dp_fit, out, reasons, factor)
     return tried, least
 
 
 def _add_bands(problem: Problem, group: Group, hw: Hardware, eff, plan: TrainPlan, dp_fit: int,
-               out: list[Candidate], reasons: Counter) -> None:
+               out: list[Candidate], reasons: Counter, factor: float = 1.0) -> None:
     mp = plan.tp * plan.pp
     seqs = plan.micro_batch * plan.num_micro_batches
     lo = max(dp_fit, math.ceil(problem.min_global_batch / seqs))
@@ -186,7 +189,7 @@ def _add_bands(problem: Problem, group: Group, hw: Hardware, eff, plan: TrainPla
         key = (f"{group.key}/tp{plan.tp}-pp{plan.pp}-mb{plan.micro_batch}x{plan.num_micro_batches}"
                f"-{plan.recompute}-z{plan.zero}/dp{band_lo}-{band_hi}")
         out.append(Candidate(key, group.key, worst, band_lo, band_hi,
-                             result.tokens_per_step / band_hi / step, 0.0))
+                             result.tokens_per_step / band_hi / step * factor, 0.0))
 
 
 def with_memory(c: Candidate, problem: Problem, reserved: float) -> Candidate:
