@@ -341,6 +341,23 @@ def validate_cmd(data_file: Path | None, fmt: str, catalog_dir: Path | None) -> 
         click.echo(render(report, fmt), nl=False)
 
 
+@main.command("gpu-hours")
+@click.option("--data", "data_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="CSV of published runs (default: calibration/gpu_hours.csv).")
+@catalog_option
+@handle_errors
+def gpu_hours_cmd(data_file: Path | None, catalog_dir: Path | None) -> None:
+    """Predicted GPU-hours of published training runs (Llama 2 and 3) beside the published totals.
+
+    gpuopt plans the fastest run on at most the row's GPUs and converts its time to GPU-hours.
+    """
+    from optimizer.calibrate import default_data_dir
+    from optimizer.gpu_hours import gpu_hours, render
+
+    cat = load_catalog(catalog_dir)
+    click.echo(render(gpu_hours(data_file or default_data_dir() / "gpu_hours.csv", cat)), nl=False)
+
+
 @main.command("fit")
 @catalog_option
 @handle_errors

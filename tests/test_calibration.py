@@ -162,3 +162,19 @@ def test_estimates_carry_a_band():
                                         "1", "--input-len", "128", "--output-len", "128", "--format", "json"]).output)
     lo, hi = s["band_90"]["output_tokens_per_s"]
     assert lo < s["output_tokens_per_s"] < hi
+
+
+def test_gpu_hours_sanity_table(catalog, tmp_path):
+    """Predicted GPU-hours beside the published ones; Llama 2 (A100) within a factor 1.5."""
+    from optimizer.gpu_hours import gpu_hours
+
+    rows = (default_data_dir() / "gpu_hours.csv").read_text().splitlines()
+    small = tmp_path / "llama2.csv"
+    small.write_text("\n".join([rows[0]] + [r for r in rows[1:] if r.startswith("llama2")]) + "\n")
+    table = gpu_hours(small, catalog)
+    assert [r.model for r in table] == ["llama2-7b", "llama2-13b", "llama2-70b"]
+    for r in table:
+        assert 0.67 < r.ratio < 1.5, (r.model, r.ratio)
+        assert r.band[0] < r.predicted < r.band[1] and r.gpus <= 2048
+    out = CliRunner().invoke(main, ["gpu-hours", "--data", str(small)]).output
+    assert "1,720,320" in out and "llama2-70b" in out
