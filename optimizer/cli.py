@@ -120,6 +120,8 @@ def estimate() -> None:
 @click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="selective", show_default=True)
 @click.option("--sequence-parallel", is_flag=True, help="Shard LayerNorm/dropout activations over TP.")
 @click.option("--zero", type=click.IntRange(0, 3), default=1, show_default=True)
+@click.option("--virtual-stages", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Model chunks per GPU for the interleaved 1F1B schedule (needs --pp > 1).")
 @click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True)
 @click.option("--server", "server_id", default=None, help="Server id (default: the first that takes the GPU).")
 @click.option("--fabric", "fabric_id", default=None, help="Fabric id between servers (default: the server's first).")
@@ -129,8 +131,8 @@ def estimate() -> None:
 @handle_errors
 def estimate_train(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, micro_batch: int,
                    global_batch: int | None, seq_len: int | None, recompute: str, sequence_parallel: bool,
-                   zero: int, precision: str, server_id: str | None, fabric_id: str | None, tokens: str | None,
-                   fmt: str, catalog_dir: Path | None) -> None:
+                   zero: int, virtual_stages: int, precision: str, server_id: str | None, fabric_id: str | None,
+                   tokens: str | None, fmt: str, catalog_dir: Path | None) -> None:
     """Memory, step time, tokens/s, TFLOP/s per GPU, MFU and days for one configuration.
 
     \b
@@ -161,9 +163,12 @@ def estimate_train(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, mic
         fabric = _pick(catalog, "fabrics", fabric_id, list(srv.fabrics), f"fits {server}")
     if m_heads_bad := (model.heads % tp):
         raise ProblemError(f"--tp {tp} does not divide the model's {model.heads} heads (remainder {m_heads_bad}).")
+    if virtual_stages > 1 and (pp == 1 or pp * virtual_stages > model.layers):
+        raise ProblemError(f"--virtual-stages {virtual_stages} needs --pp > 1 and at least one of the model's "
+                           f"{model.layers} layers per chunk (PP × virtual stages = {pp * virtual_stages}).")
     plan = TrainPlan(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, num_micro_batches=gb // (dp * micro_batch),
                      recompute=recompute, sequence_parallel=sequence_parallel, zero=zero, precision=precision,
-                     seq_len=s)
+                     seq_len=s, virtual_stages=virtual_stages)
     hw = catalog.hardware(gpu_id, server, fabric)
     try:
         result = train_step(model, hw, plan, catalog.efficiency)

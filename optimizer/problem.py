@@ -160,8 +160,11 @@ class Search(Strict):
     micro_batches_per_stage: tuple[int, ...] = (1, 2, 4, 8)
     recompute: tuple[Literal["none", "selective", "full"], ...] = ("none", "selective", "full")
     zero: tuple[int, ...] = (1, 3)
+    # interleaved 1F1B chunks per GPU (used when PP > 1). 4 shrinks the bubble and, per Korthikanti
+    # et al., the extra activation memory more than 2 does; add 2 where inter-node sends are slow
+    virtual_stages: tuple[int, ...] = (1, 4)
 
-    @field_validator("tp", "pp", "micro_batch", "micro_batches_per_stage", "zero")
+    @field_validator("tp", "pp", "micro_batch", "micro_batches_per_stage", "zero", "virtual_stages")
     @classmethod
     def _positive(cls, v: tuple[int, ...]) -> tuple[int, ...]:
         if not v or any(x < 0 for x in v):

@@ -107,3 +107,20 @@ def test_tp_bounds(peak_tflops, link_one_way_gbs, expected):
 def test_catalog_records_dense_h100(catalog):
     assert catalog.gpus["h100-sxm"].bf16_tflops == 989
     assert catalog.gpus["h800-sxm"].link_bw_gbs == 400
+
+
+def test_interleaved_schedule_shrinks_the_bubble_and_costs_memory(catalog):
+    """Narayanan et al. 2021: bubble (pp−1)/v slots; Korthikanti et al. 2022: activations ×(1 + (pp−1)/(pp·v))."""
+    from optimizer.perf import train_step
+
+    m = catalog.models["llama3.1-405b"].spec()
+    hw = catalog.hardware("h100-sxm", "hgx-hopper-8", "ib-ndr-8")
+    plans = {v: TrainPlan(tp=8, pp=16, dp=8, micro_batch=1, num_micro_batches=16, recompute="full",
+                          sequence_parallel=True, zero=1, virtual_stages=v) for v in (1, 2, 4)}
+    r = {v: train_step(m, hw, p, catalog.efficiency) for v, p in plans.items()}
+    bubble = {v: dict(x.breakdown)["pp_bubble"] for v, x in r.items()}
+    assert bubble[2] == pytest.approx(bubble[1] / 2, rel=0.02) and bubble[4] == pytest.approx(bubble[1] / 4, rel=0.03)
+    assert r[4].tokens_per_s > r[2].tokens_per_s > r[1].tokens_per_s
+    acts = {v: x.memory.activations for v, x in r.items()}
+    assert acts[2] == pytest.approx(acts[1] * (1 + 15 / 32), rel=1e-6)
+    assert acts[4] == pytest.approx(acts[1] * (1 + 15 / 64), rel=1e-6)

@@ -84,7 +84,8 @@ def training_memory(m: ModelSpec, plan: TrainPlan, reserved: float = 0.0) -> Mem
 
     Parameters on a stage are its layers plus the embedding (first stage) or the output
     layer and final norm (last stage); with one stage, all of them. The first stage keeps
-    ``min(pp, m)`` micro-batches of activations in flight (1F1B, Narayanan et al. 2021);
+    ``min(pp, m)`` micro-batches of activations in flight (1F1B, Narayanan et al. 2021), and
+    ``1 + (pp−1)/(pp·v)`` times that with ``v`` interleaved model chunks per GPU;
     the last stage also holds the fp32 logits for the loss (4·s·b·V/tp bytes).
     """
     s = plan.seq_len or m.seq_len
@@ -97,6 +98,8 @@ def training_memory(m: ModelSpec, plan: TrainPlan, reserved: float = 0.0) -> Mem
     act_layer = activation_bytes_per_layer(m, s, plan.micro_batch, tp, plan.recompute, plan.sequence_parallel,
                                            plan.flash_attention)
     in_flight = min(pp, plan.num_micro_batches)
+    if plan.virtual_stages > 1 and pp > 1:  # interleaved 1F1B (Korthikanti et al. 2022, section 4.2.3)
+        in_flight *= 1.0 + (pp - 1) / (pp * plan.virtual_stages)
     if pp == 1:
         stages = [(shape.param_count(m), act_layer * layers + logits)]
     else:

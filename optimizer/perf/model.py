@@ -8,6 +8,8 @@ to grouped-query attention by counting the matmul parameters of a layer.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from optimizer.perf.specs import ModelSpec
 
 
@@ -31,6 +33,7 @@ def norm_params(m: ModelSpec) -> int:
     return 4 * m.hidden if m.mlp == "gelu" else 2 * m.hidden
 
 
+@lru_cache(maxsize=256)  # pure function of a frozen spec; the planner calls it a million times
 def layer_params(m: ModelSpec) -> int:
     return attention_params(m) + mlp_params(m) + norm_params(m)
 
@@ -49,11 +52,13 @@ def final_norm_params(m: ModelSpec) -> int:
     return 2 * m.hidden if m.mlp == "gelu" else m.hidden
 
 
+@lru_cache(maxsize=256)  # pure function of a frozen spec; the planner calls it a million times
 def param_count(m: ModelSpec) -> int:
     """Total trainable parameters."""
     return m.layers * layer_params(m) + embedding_params(m) + final_norm_params(m)
 
 
+@lru_cache(maxsize=256)  # pure function of a frozen spec; the planner calls it a million times
 def matmul_params_per_layer(m: ModelSpec) -> int:
     """Weights that take part in matrix multiplies (biases and norms excluded)."""
     attn = 2 * m.hidden * m.hidden + 2 * m.hidden * m.kv_hidden

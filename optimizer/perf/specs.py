@@ -124,6 +124,7 @@ class TrainPlan:
     precision: str = "bf16"
     seq_len: int | None = None  # None: the model's own
     flash_attention: bool = True  # fused attention never stores the s×s scores (Dao et al. 2022)
+    virtual_stages: int = 1  # model chunks per GPU: interleaved 1F1B when > 1 (Narayanan et al. 2021)
 
     @property
     def gpus(self) -> int:
@@ -136,7 +137,8 @@ class TrainPlan:
 
     def describe(self) -> str:
         sp = "+sp" if self.sequence_parallel else ""
+        vp = f"(v{self.virtual_stages})" if self.virtual_stages > 1 else ""
         return (
-            f"dp{self.dp}×pp{self.pp}×tp{self.tp}{sp} mb{self.micro_batch}×{self.num_micro_batches}"
+            f"dp{self.dp}×pp{self.pp}{vp}×tp{self.tp}{sp} mb{self.micro_batch}×{self.num_micro_batches}"
             f" {self.recompute}-recompute zero{self.zero} {self.precision}"
         )

@@ -2,7 +2,8 @@
 
 One optimizer step of one data-parallel replica is ``m`` micro-batches through ``pp`` stages
 (1F1B: ``(m + pp − 1)`` micro-batch slots, bubble fraction ``(pp−1)/(m+pp−1)``, Narayanan et
-al. 2021 eq. 1), then the gradient reduction over DP and the optimizer update. Per micro-batch
+al. 2021 eq. 1; with ``v`` interleaved chunks per GPU the bubble is ``(pp−1)/v`` slots),
+then the gradient reduction over DP and the optimizer update. Per micro-batch
 and stage: compute at the GPU's achievable FLOP/s, the TP all-reduces of ``s·b·h`` values
 (two forward and two backward per layer, Shoeybi et al. 2019; two more under full recompute)
 and the stage-boundary sends of ``s·b·h`` values. Collectives are ring-based:
@@ -154,15 +155,17 @@ def train_step(m: ModelSpec, hw: Hardware, plan: TrainPlan, eff: Efficiency) -> 
         buf = tokens_mb * m.hidden * ACT_BYTES
         tp_mb = layers * n_allreduce * allreduce_time(buf, tp, hw.group_link(tp)) * (1.0 - eff.tp_overlap)
 
+    v = plan.virtual_stages
     pp_mb = 0.0
-    if pp > 1:
+    if pp > 1:  # a micro-batch crosses v·pp stage boundaries, forward and backward
         buf = tokens_mb * m.hidden * ACT_BYTES / (tp if plan.sequence_parallel else 1)
-        pp_mb = 2.0 * p2p_time(buf, pp_link(plan, hw))
+        pp_mb = 2.0 * v * p2p_time(buf, pp_link(plan, hw))
 
-    slots = mb + pp - 1
+    # 1F1B: m + (pp − 1) micro-batch slots; interleaving v chunks shrinks the bubble v-fold
+    slots = mb + (pp - 1) / v
     per_mb = compute_mb + tp_mb + pp_mb
     compute = mb * compute_mb
-    bubble = (pp - 1) * per_mb
+    bubble = (pp - 1) / v * per_mb
 
     params_gpu = shape.param_count(m) / (tp * pp)
     grad_bytes = params_gpu * GRAD_BYTES

@@ -179,7 +179,12 @@ def dominates(a: Candidate, b: Candidate) -> bool:
 
 
 def prune_dominated(candidates: list[Candidate]) -> tuple[list[Candidate], int]:
-    """Keep only candidates no other candidate dominates (ties keep the first key)."""
+    """Keep only candidates no other candidate dominates (ties keep the first key).
+
+    Candidates are visited by descending tokens/s per GPU, so every survivor already has at
+    least the rate of the one being checked: what is left of ``dominates`` is divisibility of
+    the GPUs per replica and containment of the scaled dp range, checked on plain tuples.
+    """
     buckets: dict[str, list[Candidate]] = {}
     for c in candidates:
         buckets.setdefault(c.group, []).append(c)
@@ -187,11 +192,21 @@ def prune_dominated(candidates: list[Candidate]) -> tuple[list[Candidate], int]:
     for bucket in buckets.values():
         bucket.sort(key=lambda c: (-c.replica_tokens_per_s / c.gpus_per_replica, c.gpus_per_replica,
                                    c.dp_min, -c.dp_max, c.key))
-        survivors: list[Candidate] = []
+        ranges: dict[int, list[tuple[int, int]]] = {}  # GPUs per replica -> survivors' dp ranges
         for c in bucket:
-            if not any(dominates(a, c) for a in survivors):
-                survivors.append(c)
-        kept.extend(survivors)
+            mp = c.gpus_per_replica
+            dominated = False
+            for a_mp, spans in ranges.items():
+                if mp % a_mp:
+                    continue
+                k = mp // a_mp
+                lo, hi = k * c.dp_min, k * c.dp_max
+                if any(a_lo <= lo and a_hi >= hi for a_lo, a_hi in spans):
+                    dominated = True
+                    break
+            if not dominated:
+                ranges.setdefault(mp, []).append((c.dp_min, c.dp_max))
+                kept.append(c)
     kept.sort(key=lambda c: c.key)
     return kept, len(candidates) - len(kept)
 

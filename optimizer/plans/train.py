@@ -49,6 +49,22 @@ def _min_dp_that_fits(problem: Problem, plan: TrainPlan, capacity: float, reserv
     return lo
 
 
+def _dp_range(problem: Problem, group: Group, mp: int, seqs: int, dp_fit: int) -> tuple[int, int] | None:
+    """The data-parallel degrees the batch limits, the GPU bound and the group's scope allow."""
+    lo = max(dp_fit, math.ceil(problem.min_global_batch / seqs))
+    hi = min(problem.max_global_batch // seqs, max_gpus(problem, group) // mp)
+    if group.fabric is None:
+        hi = min(hi, group.slots // mp)
+    else:
+        lo = max(lo, group.slots // mp + 1)
+    return (lo, hi) if lo <= hi else None
+
+
+def _fits(problem: Problem, plan: TrainPlan, capacity: float, reserved: float, dp: int) -> bool:
+    """Interleaving keeps more micro-batches in flight: recheck memory at the smallest dp."""
+    return training_memory(problem.model, replace(plan, dp=dp), reserved).total <= capacity
+
+
 def _dp_bands(lo: int, hi: int, per_node: int, multi_node: bool) -> list[tuple[int, int]]:
     """Split [lo, hi] at node-count boundaries so each band's worst case is close to its best."""
     if not multi_node:
@@ -160,33 +176,38 @@ def _group_candidates(problem: Problem, group: Group, hw: Hardware, eff, out: li
                                 least = (need, f"TP={tp} PP={pp} micro-batch {b}, {rc} recompute, ZeRO-{zero}")
                             continue
                         for per_stage in search.micro_batches_per_stage:
-                            _add_bands(problem, group, hw, eff, replace(base, num_micro_batches=per_stage * pp),
-                                       dp_fit, out, reasons, factor)
+                            if _dp_range(problem, group, mp, b * per_stage * pp, dp_fit) is None:
+                                reasons["batch/size"] += 1
+                                continue
+                            for v in search.virtual_stages:
+                                if v > 1 and (pp == 1 or pp * v > m.layers):
+                                    continue  # interleaving needs PP and a layer per chunk (uneven is fine)
+                                plan = replace(base, num_micro_batches=per_stage * pp, virtual_stages=v)
+                                if v > 1 and not _fits(problem, plan, capacity, eff.reserved_memory, dp_fit):
+                                    continue
+                                _add_bands(problem, group, hw, eff, plan, dp_fit, out, reasons, factor)
     return tried, least
 
 
 def _add_bands(problem: Problem, group: Group, hw: Hardware, eff, plan: TrainPlan, dp_fit: int,
                out: list[Candidate], reasons: Counter, factor: float = 1.0) -> None:
     mp = plan.tp * plan.pp
-    seqs = plan.micro_batch * plan.num_micro_batches
-    lo = max(dp_fit, math.ceil(problem.min_global_batch / seqs))
-    hi = min(problem.max_global_batch // seqs, max_gpus(problem, group) // mp)
-    per_node = max(1, group.slots // mp)
-    if group.fabric is None:
-        hi = min(hi, group.slots // mp)
-    else:
-        lo = max(lo, group.slots // mp + 1)
-    if lo > hi:
+    span = _dp_range(problem, group, mp, plan.micro_batch * plan.num_micro_batches, dp_fit)
+    if span is None:
         reasons["batch/size"] += 1
         return
+    lo, hi = span
+    per_node = max(1, group.slots // mp)
     for band_lo, band_hi in _dp_bands(lo, hi, per_node, group.fabric is not None):
         worst = replace(plan, dp=band_hi)
         result = train_step(problem.model, hw, worst, eff)
-        # Communication grows with dp and the sharded optimizer step shrinks with it, so the
-        # slowest step anywhere in the band is at most: step(dp_max) with dp_min's optimizer.
-        step = result.step_time + (optimizer_time(problem.model, replace(plan, dp=band_lo), hw, eff)
-                                   - optimizer_time(problem.model, worst, hw, eff))
-        key = (f"{group.key}/tp{plan.tp}-pp{plan.pp}-mb{plan.micro_batch}x{plan.num_micro_batches}"
+        # Communication grows with dp and the sharded optimizer step shrinks with it (∝ 1/dp under
+        # ZeRO ≥ 1), so the slowest step anywhere in the band is at most step(dp_max) with
+        # dp_min's optimizer step.
+        opt = optimizer_time(problem.model, worst, hw, eff)
+        step = result.step_time + (opt * (band_hi / band_lo - 1.0) if plan.zero >= 1 else 0.0)
+        vp = f"v{plan.virtual_stages}" if plan.virtual_stages > 1 else ""
+        key = (f"{group.key}/tp{plan.tp}-pp{plan.pp}{vp}-mb{plan.micro_batch}x{plan.num_micro_batches}"
                f"-{plan.recompute}-z{plan.zero}/dp{band_lo}-{band_hi}")
         out.append(Candidate(key, group.key, worst, band_lo, band_hi,
                              result.tokens_per_step / band_hi / step * factor, 0.0))
