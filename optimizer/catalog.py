@@ -147,12 +147,31 @@ class ModelPreset(Record):
     vocab: int = Field(ge=1)
     seq_len: int = Field(ge=1)
     mlp: Literal["gelu", "swiglu"]
+    experts: int = Field(default=0, ge=0)
+    experts_active: int = Field(default=0, ge=0)
+    shared_experts: int = Field(default=0, ge=0)
+    expert_ffn_hidden: int = Field(default=0, ge=0)
+    dense_layers: int = Field(default=0, ge=0)
+    q_lora_rank: int = Field(default=0, ge=0)
+    kv_lora_rank: int = Field(default=0, ge=0)
+    qk_rope_dim: int = Field(default=0, ge=0)
+    qk_nope_dim: int = Field(default=0, ge=0)
+    v_head_dim: int = Field(default=0, ge=0)
     published_params_b: float | None = None
+    published_active_params_b: float | None = None
     source: str
 
+    @model_validator(mode="after")
+    def _moe_consistent(self) -> ModelPreset:
+        if self.experts and not (0 < self.experts_active <= self.experts and self.expert_ffn_hidden > 0):
+            raise ValueError("an MoE model needs 0 < experts_active <= experts and expert_ffn_hidden > 0")
+        return self
+
     def spec(self) -> ModelSpec:
-        return ModelSpec(self.id, self.layers, self.hidden, self.heads, self.kv_heads,
-                         self.ffn_hidden, self.vocab, self.seq_len, self.mlp)
+        return ModelSpec(self.id, self.layers, self.hidden, self.heads, self.kv_heads, self.ffn_hidden, self.vocab,
+                         self.seq_len, self.mlp, self.experts, self.experts_active, self.shared_experts,
+                         self.expert_ffn_hidden, self.dense_layers, self.q_lora_rank, self.kv_lora_rank,
+                         self.qk_rope_dim, self.qk_nope_dim, self.v_head_dim)
 
 
 class Pue(Record):

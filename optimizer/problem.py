@@ -51,9 +51,16 @@ class InlineModel(Strict):
     vocab: int = Field(ge=1)
     seq_len: int = Field(ge=1)
     mlp: Literal["gelu", "swiglu"]
+    experts: int = Field(default=0, ge=0)
+    experts_active: int = Field(default=0, ge=0)
+    shared_experts: int = Field(default=0, ge=0)
+    expert_ffn_hidden: int = Field(default=0, ge=0)
+    dense_layers: int = Field(default=0, ge=0)
 
     @model_validator(mode="after")
     def _consistent(self) -> InlineModel:
+        if self.experts and not (0 < self.experts_active <= self.experts and self.expert_ffn_hidden > 0):
+            raise ValueError("an MoE model needs 0 < experts_active <= experts and expert_ffn_hidden > 0")
         if self.hidden % self.heads:
             raise ValueError(f"hidden {self.hidden} is not divisible by heads {self.heads}")
         if self.kv_heads and self.heads % self.kv_heads:
@@ -62,7 +69,8 @@ class InlineModel(Strict):
 
     def spec(self) -> ModelSpec:
         return ModelSpec(self.name, self.layers, self.hidden, self.heads, self.kv_heads or self.heads,
-                         self.ffn_hidden, self.vocab, self.seq_len, self.mlp)
+                         self.ffn_hidden, self.vocab, self.seq_len, self.mlp, self.experts, self.experts_active,
+                         self.shared_experts, self.expert_ffn_hidden, self.dense_layers)
 
 
 class GlobalBatch(Strict):

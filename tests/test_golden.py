@@ -124,3 +124,72 @@ def test_interleaved_schedule_shrinks_the_bubble_and_costs_memory(catalog):
     acts = {v: x.memory.activations for v, x in r.items()}
     assert acts[2] == pytest.approx(acts[1] * (1 + 15 / 32), rel=1e-6)
     assert acts[4] == pytest.approx(acts[1] * (1 + 15 / 64), rel=1e-6)
+
+
+def test_moe_presets_total_and_active_parameters(catalog):
+    """Mixtral 8x7B: 46.7 B total, 12.9 B active; DeepSeek-V3: 671 B total, 37 B active."""
+    from optimizer.perf.model import active_param_count
+
+    for preset in ("mixtral-8x7b", "deepseek-v3"):
+        p = catalog.models[preset]
+        m = p.spec()
+        assert param_count(m) / 1e9 == pytest.approx(p.published_params_b, rel=0.005)
+        assert active_param_count(m) / 1e9 == pytest.approx(p.published_active_params_b, rel=0.02)
+    dense = catalog.models["llama3-8b"].spec()
+    assert active_param_count(dense) == param_count(dense)
+
+
+def test_moe_flops_count_active_parameters_only(catalog):
+    from optimizer.perf.model import active_param_count, embedding_params
+
+    m = catalog.models["mixtral-8x7b"].spec()
+    s = 4096
+    flops = model_flops_per_token(m, s)
+    attention = 12 * s * m.hidden * m.layers
+    # 6 × (active matmul weights) + attention: embeddings' lookup costs nothing, the output layer 6·V·h
+    matmul_active = active_param_count(m) - embedding_params(m) + m.vocab * m.hidden
+    assert flops == pytest.approx(6 * matmul_active + attention, rel=0.002)
+    assert flops < 6 * param_count(m) / 3  # far below what a dense 47 B model would cost
+
+
+def test_moe_memory_expert_parallel_shards_only_the_experts(catalog):
+    from optimizer.perf.model import expert_params
+
+    m = catalog.models["mixtral-8x7b"].spec()
+    base = TrainPlan(tp=1, pp=1, dp=8, micro_batch=1, recompute="full", zero=0, seq_len=4096)
+    one = training_memory(m, base)
+    eight = training_memory(m, TrainPlan(**{**base.__dict__, "ep": 8}))
+    assert one.weights == pytest.approx(2 * param_count(m))
+    assert eight.weights == pytest.approx(2 * (param_count(m) - expert_params(m) * 7 / 8))
+    assert eight.activations == one.activations  # EP moves tokens, not activations
+
+
+def test_moe_decode_reads_only_the_experts_a_batch_touches(catalog):
+    from optimizer.perf.model import expert_params
+    from optimizer.perf.serve import decode_weight_bytes, weight_bytes
+
+    m = catalog.models["mixtral-8x7b"].spec()
+    dense_part = weight_bytes(m, "fp16") - 2 * expert_params(m)
+    assert decode_weight_bytes(m, "fp16", 1) == pytest.approx(dense_part + 2 * expert_params(m) * 2 / 8)
+    assert decode_weight_bytes(m, "fp16", 1000) == pytest.approx(weight_bytes(m, "fp16"), rel=1e-6)
+
+
+def test_mla_kv_cache_is_compressed(catalog):
+    from optimizer.perf.serve import kv_bytes_per_token
+
+    m = catalog.models["deepseek-v3"].spec()
+    assert kv_bytes_per_token(m) == 61 * (512 + 64) * 2  # 70,272 B/token in fp16
+
+
+def test_expert_parallel_adds_all_to_all_and_fits_mixtral(catalog):
+    from optimizer.perf import train_step
+
+    m = catalog.models["mixtral-8x7b"].spec()
+    hw = catalog.hardware("h100-sxm", "hgx-hopper-8", "ib-ndr-8")
+    plan = TrainPlan(tp=1, pp=1, dp=64, micro_batch=1, num_micro_batches=8, recompute="full", zero=1, seq_len=4096)
+    r1 = train_step(m, hw, plan, catalog.efficiency)
+    r8 = train_step(m, hw, TrainPlan(**{**plan.__dict__, "ep": 8}), catalog.efficiency)
+    assert not r1.fits and r8.fits
+    assert dict(r8.breakdown)["ep_comm"] > 0 == dict(r1.breakdown)["ep_comm"]
+    with pytest.raises(ValueError, match="expert parallelism"):
+        train_step(catalog.models["llama3-8b"].spec(), hw, TrainPlan(dp=8, ep=8), catalog.efficiency)

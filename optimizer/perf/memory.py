@@ -65,13 +65,22 @@ def activation_bytes_per_layer(
         per = 2.0 * s * b * h
         return per / tp if sequence_parallel else per
     unsharded = 10.0 * s * b * h
-    mlp = (4.0 if m.mlp == "gelu" else 6.0) * s * b * m.ffn_hidden
+    mlp = (4.0 if m.mlp == "gelu" else 6.0) * s * b * mlp_activation_width(m)
     sharded = 4.0 * s * b * h + 4.0 * s * b * m.kv_hidden + mlp
     if recompute == "none" and not flash_attention:
         sharded += 5.0 * a * s * s * b
     if sequence_parallel:
         unsharded /= tp
     return unsharded + sharded / tp
+
+
+def mlp_activation_width(m: ModelSpec) -> float:
+    """The MLP width a token's activations span, averaged over layers: a dense layer's ffn, or in
+    an MoE layer the k routed plus the shared experts it passes through."""
+    if not m.moe:
+        return m.ffn_hidden
+    moe = (m.experts_active + m.shared_experts) * m.expert_ffn_hidden
+    return ((m.layers - m.moe_layers) * m.ffn_hidden + m.moe_layers * moe) / m.layers
 
 
 def stage_layers(m: ModelSpec, pp: int) -> int:
@@ -110,8 +119,11 @@ def training_memory(m: ModelSpec, plan: TrainPlan, reserved: float = 0.0) -> Mem
         )
         stages = [first, last]
     best: MemoryResult | None = None
+    experts_per_layer = shape.expert_params(m) / m.layers
     for params, acts in stages:
-        local = params / tp
+        # expert parallelism shards each stage's routed experts over ep GPUs
+        expert_share = experts_per_layer * layers * (1.0 - 1.0 / plan.ep) if m.moe else 0.0
+        local = (params - expert_share) / tp
         weights = WEIGHT_BYTES * local / (dp if plan.zero >= 3 else 1)
         grads = GRAD_BYTES * local / (dp if plan.zero >= 2 else 1)
         optim = ADAM_BYTES * local / (dp if plan.zero >= 1 else 1)

@@ -14,18 +14,41 @@ from optimizer.perf.specs import ModelSpec
 
 
 def attention_params(m: ModelSpec) -> int:
-    """Q and O are h×h; K and V are h×kv_hidden (GQA shrinks them). GPT adds biases."""
-    weights = 2 * m.hidden * m.hidden + 2 * m.hidden * m.kv_hidden
+    """Q and O are h×h; K and V are h×kv_hidden (GQA shrinks them). GPT adds biases.
+
+    Multi-head latent attention (DeepSeek-V2, arXiv 2405.04434) compresses Q through a rank
+    q_lora_rank and K/V through kv_lora_rank (plus a shared rotary key), each with a norm.
+    """
+    h = m.hidden
+    if m.mla:
+        q = (h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * m.heads * m.qk_head_dim if m.q_lora_rank
+             else h * m.heads * m.qk_head_dim)
+        kv = h * (m.kv_lora_rank + m.qk_rope_dim) + m.kv_lora_rank + m.kv_lora_rank * m.heads * (
+            m.qk_nope_dim + m.v_head_dim)
+        return q + kv + m.heads * m.v_head_dim * h
+    weights = 2 * h * h + 2 * h * m.kv_hidden
     if m.mlp == "gelu":
-        return weights + m.hidden + 2 * m.kv_hidden + m.hidden
+        return weights + h + 2 * m.kv_hidden + h
     return weights
 
 
-def mlp_params(m: ModelSpec) -> int:
-    """GELU: up and down matrices with biases; SwiGLU: gate, up and down, no biases."""
+def _mlp(m: ModelSpec, width: int) -> int:
+    """One MLP: GELU's up and down matrices with biases, or SwiGLU's gate, up and down."""
     if m.mlp == "gelu":
-        return 2 * m.hidden * m.ffn_hidden + m.ffn_hidden + m.hidden
-    return 3 * m.hidden * m.ffn_hidden
+        return 2 * m.hidden * width + width + m.hidden
+    return 3 * m.hidden * width
+
+
+def mlp_params(m: ModelSpec) -> int:
+    """A dense layer's MLP."""
+    return _mlp(m, m.ffn_hidden)
+
+
+def moe_params(m: ModelSpec, active: bool = False) -> int:
+    """An MoE layer's MLPs: the routed experts (all, or the top-k a token uses), the shared
+    experts and the router."""
+    routed = m.experts_active if active else m.experts
+    return (routed + m.shared_experts) * _mlp(m, m.expert_ffn_hidden) + m.hidden * m.experts
 
 
 def norm_params(m: ModelSpec) -> int:
@@ -35,7 +58,21 @@ def norm_params(m: ModelSpec) -> int:
 
 @lru_cache(maxsize=256)  # pure function of a frozen spec; the planner calls it a million times
 def layer_params(m: ModelSpec) -> int:
-    return attention_params(m) + mlp_params(m) + norm_params(m)
+    """Parameters of the average layer (MoE models mix dense and MoE layers)."""
+    return round(transformer_params(m) / m.layers)
+
+
+def transformer_params(m: ModelSpec, active: bool = False) -> int:
+    """All layers' parameters (or, for MoE, those one token uses)."""
+    dense = m.layers - m.moe_layers
+    per_layer = attention_params(m) + norm_params(m)
+    return (m.layers * per_layer + dense * mlp_params(m)
+            + (m.moe_layers * moe_params(m, active) if m.moe else 0))
+
+
+def expert_params(m: ModelSpec) -> int:
+    """Routed experts' parameters: what expert parallelism shards."""
+    return m.moe_layers * m.experts * _mlp(m, m.expert_ffn_hidden) if m.moe else 0
 
 
 def embedding_params(m: ModelSpec) -> int:
@@ -54,16 +91,35 @@ def final_norm_params(m: ModelSpec) -> int:
 
 @lru_cache(maxsize=256)  # pure function of a frozen spec; the planner calls it a million times
 def param_count(m: ModelSpec) -> int:
-    """Total trainable parameters."""
-    return m.layers * layer_params(m) + embedding_params(m) + final_norm_params(m)
+    """Total trainable parameters (for MoE: every expert)."""
+    return transformer_params(m) + embedding_params(m) + final_norm_params(m)
+
+
+def active_param_count(m: ModelSpec) -> int:
+    """Parameters one token passes through (equal to ``param_count`` for a dense model)."""
+    return transformer_params(m, active=True) + embedding_params(m) + final_norm_params(m)
 
 
 @lru_cache(maxsize=256)  # pure function of a frozen spec; the planner calls it a million times
 def matmul_params_per_layer(m: ModelSpec) -> int:
-    """Weights that take part in matrix multiplies (biases and norms excluded)."""
-    attn = 2 * m.hidden * m.hidden + 2 * m.hidden * m.kv_hidden
-    mlp = (2 if m.mlp == "gelu" else 3) * m.hidden * m.ffn_hidden
-    return attn + mlp
+    """Weights a token multiplies by in the average layer (biases and norms excluded; for MoE
+    only the experts it is routed to)."""
+    if m.mla:
+        attn = attention_params(m) - m.q_lora_rank - m.kv_lora_rank
+    else:
+        attn = 2 * m.hidden * m.hidden + 2 * m.hidden * m.kv_hidden
+    width = 2 if m.mlp == "gelu" else 3
+    dense_mlp = width * m.hidden * m.ffn_hidden
+    moe_mlp = ((m.experts_active + m.shared_experts) * width * m.hidden * m.expert_ffn_hidden
+               + m.hidden * m.experts) if m.moe else 0
+    total = m.layers * attn + (m.layers - m.moe_layers) * dense_mlp + m.moe_layers * moe_mlp
+    return round(total / m.layers)
+
+
+def attention_flops_per_token_layer(m: ModelSpec, seq_len: int) -> float:
+    """Forward FLOPs of scores and context for one token in one layer: 2·s·heads·(qk + v dims),
+    i.e. 4·s·h for standard attention (no causal saving, as Narayanan et al. count)."""
+    return 2.0 * seq_len * m.heads * (m.qk_head_dim + m.attn_v_dim)
 
 
 def model_flops_per_token(m: ModelSpec, seq_len: int | None = None) -> float:
@@ -75,7 +131,7 @@ def model_flops_per_token(m: ModelSpec, seq_len: int | None = None) -> float:
     s = seq_len or m.seq_len
     return (
         6.0 * matmul_params_per_layer(m) * m.layers
-        + 12.0 * s * m.hidden * m.layers
+        + 3.0 * attention_flops_per_token_layer(m, s) * m.layers
         + 6.0 * m.vocab * m.hidden
     )
 
@@ -89,10 +145,11 @@ def hardware_flops_per_token(m: ModelSpec, recompute: str, seq_len: int | None =
     """
     s = seq_len or m.seq_len
     flops = model_flops_per_token(m, s)
+    attention = attention_flops_per_token_layer(m, s) * m.layers
     if recompute == "full":
-        flops += 2.0 * matmul_params_per_layer(m) * m.layers + 4.0 * s * m.hidden * m.layers
+        flops += 2.0 * matmul_params_per_layer(m) * m.layers + attention
     elif recompute == "selective":
-        flops += 4.0 * s * m.hidden * m.layers
+        flops += attention
     return flops
 
 

@@ -64,15 +64,32 @@ def weight_bytes(m: ModelSpec, precision: str) -> float:
 
 
 def kv_bytes_per_token(m: ModelSpec, kv_precision: str = "fp16") -> float:
-    """``2 · L · kv_heads · head_dim · bytes``: K and V of every layer (GQA keeps few KV heads)."""
+    """``2 · L · kv_heads · head_dim · bytes``: K and V of every layer (GQA keeps few KV heads).
+    Multi-head latent attention caches one compressed vector (kv_lora_rank + rotary key) per layer."""
+    if m.mla:
+        return m.layers * (m.kv_lora_rank + m.qk_rope_dim) * BYTES[kv_precision]
     return 2.0 * m.layers * m.kv_heads * m.head_dim * BYTES[kv_precision]
 
 
 def kv_bytes_per_token_per_gpu(m: ModelSpec, plan: ServePlan) -> float:
-    """TP splits the KV heads (a head is replicated when TP exceeds kv_heads); PP splits layers."""
-    heads = math.ceil(m.kv_heads / plan.tp)
+    """TP splits the KV heads (a head is replicated when TP exceeds kv_heads; MLA's latent vector
+    is replicated on every TP rank); PP splits layers."""
     layers = math.ceil(m.layers / plan.pp)
+    if m.mla:
+        return layers * (m.kv_lora_rank + m.qk_rope_dim) * BYTES[plan.kv_precision]
+    heads = math.ceil(m.kv_heads / plan.tp)
     return 2.0 * layers * heads * m.head_dim * BYTES[plan.kv_precision]
+
+
+def decode_weight_bytes(m: ModelSpec, precision: str, batch: float) -> float:
+    """Weights one decode step reads: all of a dense model; of an MoE model, the dense part plus
+    the experts the batch touches, E·(1 − (1 − k/E)^b) per MoE layer for b tokens routed at random."""
+    total = weight_bytes(m, precision)
+    if not m.moe:
+        return total
+    experts = shape.expert_params(m) * BYTES[precision]
+    touched = 1.0 - (1.0 - m.experts_active / m.experts) ** max(batch, 0.0)
+    return total - experts + experts * touched
 
 
 def _compute_rate(hw: Hardware, precision: str) -> float:
@@ -126,7 +143,7 @@ def decode_step(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int,
     mb = batch / micro
     bw = hw.device.mem_bw * eff.mem_bw
     rate = _compute_rate(hw, plan.precision)
-    weights_gpu = weight_bytes(m, plan.precision) / plan.gpus
+    weights_gpu = decode_weight_bytes(m, plan.precision, mb) / plan.gpus
     kv_read = mb * context * kv_bytes_per_token_per_gpu(m, plan)
     # the projections/MLP (a GEMM over the weights) and attention (over each sequence's KV
     # cache) are separate kernels, each on its own roofline, run one after the other

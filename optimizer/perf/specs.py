@@ -26,10 +26,42 @@ class ModelSpec:
     hidden: int
     heads: int
     kv_heads: int
-    ffn_hidden: int
+    ffn_hidden: int  # the dense MLP's width (dense layers of an MoE model use it too)
     vocab: int
     seq_len: int
     mlp: str = "swiglu"
+    # mixture of experts (Shazeer et al. 2017; Mixtral, DeepSeek-V3): 0 experts = dense
+    experts: int = 0  # routed experts per MoE layer
+    experts_active: int = 0  # top-k routed experts per token
+    shared_experts: int = 0  # experts every token passes through (DeepSeek)
+    expert_ffn_hidden: int = 0  # one expert's MLP width
+    dense_layers: int = 0  # leading layers with a dense MLP
+    # multi-head latent attention (DeepSeek-V2/V3): used when kv_lora_rank > 0
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_rope_dim: int = 0
+    qk_nope_dim: int = 0
+    v_head_dim: int = 0
+
+    @property
+    def moe(self) -> bool:
+        return self.experts > 0
+
+    @property
+    def moe_layers(self) -> int:
+        return self.layers - self.dense_layers if self.moe else 0
+
+    @property
+    def mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_dim + self.qk_rope_dim if self.mla else self.head_dim
+
+    @property
+    def attn_v_dim(self) -> int:
+        return self.v_head_dim if self.mla else self.head_dim
 
     @property
     def head_dim(self) -> int:
@@ -124,6 +156,7 @@ class TrainPlan:
     precision: str = "bf16"
     seq_len: int | None = None  # None: the model's own
     flash_attention: bool = True  # fused attention never stores the s×s scores (Dao et al. 2022)
+    ep: int = 1  # expert parallelism: experts sharded over ep GPUs of the data-parallel group
     virtual_stages: int = 1  # model chunks per GPU: interleaved 1F1B when > 1 (Narayanan et al. 2021)
 
     @property

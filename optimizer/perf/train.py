@@ -87,6 +87,15 @@ def dp_reduce_time(nbytes: float, plan: TrainPlan, hw: Hardware) -> float:
     return intra + allreduce_time(nbytes / k, nodes, per_gpu)
 
 
+def ep_link(plan: TrainPlan, hw: Hardware) -> Link:
+    """An expert-parallel group inside a node uses the node's link; across nodes, each GPU's share
+    of the node's network."""
+    if plan.ep * plan.tp <= hw.gpus_per_node or hw.network is None:
+        return hw.group_link(plan.ep * plan.tp)
+    return Link(hw.network.name, hw.network.bw_one_way / hw.gpus_per_node, hw.network.efficiency,
+                hw.network.latency)
+
+
 def pp_link(plan: TrainPlan, hw: Hardware) -> Link:
     """Stage boundaries inside a node use the node's link; else the network share per GPU."""
     if plan.tp * plan.pp <= hw.gpus_per_node or hw.network is None:
@@ -95,11 +104,16 @@ def pp_link(plan: TrainPlan, hw: Hardware) -> Link:
     return Link(hw.network.name, hw.network.bw_one_way / share, hw.network.efficiency, hw.network.latency)
 
 
+def params_per_gpu(m: ModelSpec, plan: TrainPlan) -> float:
+    """Parameters on one GPU before ZeRO: TP × PP split everything, EP also the routed experts."""
+    experts_elsewhere = shape.expert_params(m) * (1.0 - 1.0 / plan.ep) if m.moe else 0.0
+    return (shape.param_count(m) - experts_elsewhere) / (plan.tp * plan.pp)
+
+
 def optimizer_time(m: ModelSpec, plan: TrainPlan, hw: Hardware, eff: Efficiency) -> float:
     """The Adam update is memory-bound: it streams weights, gradients, master weights and both
     moments (~32 bytes per parameter); ZeRO ≥ 1 leaves each GPU 1/dp of the parameters."""
-    params_gpu = shape.param_count(m) / (plan.tp * plan.pp)
-    opt_params = params_gpu / (plan.dp if plan.zero >= 1 else 1)
+    opt_params = params_per_gpu(m, plan) / (plan.dp if plan.zero >= 1 else 1)
     return opt_params * OPTIMIZER_BYTES_TOUCHED / (hw.device.mem_bw * eff.mem_bw)
 
 
@@ -138,6 +152,9 @@ def train_step(m: ModelSpec, hw: Hardware, plan: TrainPlan, eff: Efficiency) -> 
     peak = dev.peak(plan.precision)
     if not peak:
         raise ValueError(f"{dev.name} has no {plan.precision} tensor cores")
+    if plan.ep > 1 and (not m.moe or plan.dp % plan.ep or plan.ep > m.experts):
+        raise ValueError(f"expert parallelism {plan.ep} needs an MoE model with at least {plan.ep} experts "
+                         f"and a data-parallel degree divisible by it (dp {plan.dp})")
     s = plan.seq_len or m.seq_len
     tp, pp, b, mb = plan.tp, plan.pp, plan.micro_batch, plan.num_micro_batches
     layers = math.ceil(m.layers / pp)
@@ -155,6 +172,13 @@ def train_step(m: ModelSpec, hw: Hardware, plan: TrainPlan, eff: Efficiency) -> 
         buf = tokens_mb * m.hidden * ACT_BYTES
         tp_mb = layers * n_allreduce * allreduce_time(buf, tp, hw.group_link(tp)) * (1.0 - eff.tp_overlap)
 
+    ep_mb = 0.0
+    if m.moe and plan.ep > 1:  # dispatch and combine, forward and backward (GShard, Lepikhin et al. 2020)
+        buf = tokens_mb * m.experts_active * m.hidden * ACT_BYTES / tp
+        link = ep_link(plan, hw)
+        a2a = buf * (plan.ep - 1) / plan.ep / link.effective_bw + link.latency
+        ep_mb = math.ceil(m.moe_layers / pp) * 4 * a2a
+
     v = plan.virtual_stages
     pp_mb = 0.0
     if pp > 1:  # a micro-batch crosses v·pp stage boundaries, forward and backward
@@ -163,11 +187,11 @@ def train_step(m: ModelSpec, hw: Hardware, plan: TrainPlan, eff: Efficiency) -> 
 
     # 1F1B: m + (pp − 1) micro-batch slots; interleaving v chunks shrinks the bubble v-fold
     slots = mb + (pp - 1) / v
-    per_mb = compute_mb + tp_mb + pp_mb
+    per_mb = compute_mb + tp_mb + ep_mb + pp_mb
     compute = mb * compute_mb
     bubble = (pp - 1) / v * per_mb
 
-    params_gpu = shape.param_count(m) / (tp * pp)
+    params_gpu = params_per_gpu(m, plan)
     grad_bytes = params_gpu * GRAD_BYTES
     dp_time = dp_reduce_time(grad_bytes, plan, hw)
     if plan.zero >= 3 and plan.dp > 1:
@@ -190,6 +214,7 @@ def train_step(m: ModelSpec, hw: Hardware, plan: TrainPlan, eff: Efficiency) -> 
     breakdown = (
         ("compute", compute),
         ("tp_comm", mb * tp_mb),
+        ("ep_comm", mb * ep_mb),
         ("pp_comm", mb * pp_mb),
         ("pp_bubble", bubble),
         ("dp_comm_exposed", dp_exposed),
