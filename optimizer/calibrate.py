@@ -315,14 +315,20 @@ def fit_serving(path: Path, catalog: Catalog, grid: dict[str, tuple[float, ...]]
         model, hw, plan, replicas = case
         server = next(s.id for s in catalog.servers_for(hw.device.name) if s.slots >= plan.gpus)
         cases.append((row, (model, hw, plan, replicas, hw.device.name, server)))
+    return grid_search(grid, lambda trial: _score(catalog, cases, trial), target)
+
+
+def grid_search(grid: dict[str, tuple[float, ...]], score, target: float) -> Fit:
+    """Every point of ``grid`` scored (median, p90, rows); among points whose median meets
+    ``target`` the smallest p90, else the smallest median; ties keep the first in grid order."""
     best: tuple[float, float, int] | None = None
     params: dict[str, float] = {}
     names = list(grid)
     for values in itertools.product(*(grid[n] for n in names)):
         trial = dict(zip(names, values, strict=True))
-        score = _score(catalog, cases, trial)
-        if best is None or _key(score, target) < _key(best, target):
-            best, params = score, trial
+        result = score(trial)
+        if best is None or _key(result, target) < _key(best, target):
+            best, params = result, trial
     assert best is not None
     return Fit(params, best[0], best[1], best[2])
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from optimizer.calibrate import Comparison, Report, _float, _int, read_rows
+from optimizer.calibrate import Comparison, Fit, Report, _float, _int, grid_search, percentile, read_rows
 from optimizer.catalog import Catalog
 from optimizer.errors import ProblemError
 from optimizer.perf.specs import ModelSpec, TrainPlan
@@ -176,14 +176,6 @@ TRAINING_GRID: dict[str, tuple[float, ...]] = {
 }
 
 
-@dataclass(frozen=True)
-class TrainingFit:
-    params: dict[str, float]
-    median: float
-    p90: float
-    rows: int
-
-
 def apply_training(catalog: Catalog, params: dict[str, float]) -> Catalog:
     """The catalog with fitted training parameters (GPUs that say same_as follow their reference)."""
     from dataclasses import replace
@@ -222,23 +214,14 @@ def _training_errors(catalog: Catalog, cases: list[TrainingCase]) -> list[float]
 
 
 def fit_training(path: Path, catalog: Catalog, aliases_path: Path,
-                 grid: dict[str, tuple[float, ...]] | None = None) -> TrainingFit:
-    """Whole-grid search: among points whose median error meets the target, the smallest p90
-    (else the smallest median); ties keep the first in grid order. Deterministic."""
-    import itertools
+                 grid: dict[str, tuple[float, ...]] | None = None) -> Fit:
+    """Whole-grid search over the training parameters (``calibrate.grid_search``). Deterministic."""
     import statistics
 
-    from optimizer.calibrate import _key, percentile
-
-    grid = grid or TRAINING_GRID
     cases = _training_cases(path, catalog, aliases_path)
-    names = list(grid)
-    best, params = None, {}
-    for values in itertools.product(*(grid[n] for n in names)):
-        trial = dict(zip(names, values, strict=True))
+
+    def score(trial: dict[str, float]) -> tuple[float, float, int]:
         errs = _training_errors(apply_training(catalog, trial), cases)
-        score = (statistics.median(errs), percentile(errs, 90), len(errs))
-        if best is None or _key(score, TRAINING_MEDIAN_TARGET) < _key(best, TRAINING_MEDIAN_TARGET):
-            best, params = score, trial
-    assert best is not None
-    return TrainingFit(params, best[0], best[1], best[2])
+        return statistics.median(errs), percentile(errs, 90), len(errs)
+
+    return grid_search(grid or TRAINING_GRID, score, TRAINING_MEDIAN_TARGET)

@@ -135,6 +135,27 @@ def build_groups(problem: Problem, catalog: Catalog, gpu_id: str, role: str = "t
     return groups
 
 
+LICENCE_REASON = "licence: the GeForce driver EULA forbids data-centre deployment"
+
+
+def licence_reason(problem: Problem, catalog: Catalog, gpu_id: str) -> str | None:
+    """Why a GPU may not be used at this site, or None."""
+    if problem.datacenter and not catalog.gpus[gpu_id].datacenter_license:
+        return LICENCE_REASON
+    return None
+
+
+def licensed_gpus(problem: Problem, catalog: Catalog, dropped: Counter, gpu_reasons: dict[str, str]):
+    """The problem's GPUs the site may deploy, recording the licence reason for the others."""
+    for gpu_id in problem.gpus:
+        reason = licence_reason(problem, catalog, gpu_id)
+        if reason is None:
+            yield gpu_id, catalog.gpus[gpu_id]
+        else:
+            gpu_reasons[gpu_id] = reason
+            dropped["licence"] += 1
+
+
 def max_gpus(problem: Problem, g: Group) -> int:
     """Most GPUs of this group any feasible answer can use.
 
@@ -238,5 +259,6 @@ def enumerate_candidates(problem: Problem, catalog: Catalog) -> PlanTable:
 
 
 __all__ = ["Candidate", "Group", "PlanTable", "ServeCandidate", "build_groups", "dominates", "enumerate_candidates",
+           "licence_reason", "licensed_gpus",
            "enumerate_plans", "enumerate_serving", "group_affordable", "group_reason", "max_gpus", "prune_dominated",
            "prune_serving", "serve_dominates", "with_memory"]

@@ -12,7 +12,15 @@ from dataclasses import replace
 
 from optimizer.catalog import Catalog
 from optimizer.perf.serve import ServePlan, batch_at_slo, max_batch, serve
-from optimizer.plans import PlanTable, ServeCandidate, build_groups, group_affordable, group_reason, prune_serving
+from optimizer.plans import (
+    PlanTable,
+    ServeCandidate,
+    build_groups,
+    group_affordable,
+    group_reason,
+    licensed_gpus,
+    prune_serving,
+)
 from optimizer.problem import Problem, confidence_factor
 
 
@@ -38,12 +46,7 @@ def enumerate_serving(problem: Problem, catalog: Catalog) -> PlanTable:
     dropped: Counter = Counter()
     gpu_reasons: dict[str, str] = {}
     tried = 0
-    for gpu_id in problem.gpus:
-        gpu = catalog.gpus[gpu_id]
-        if problem.datacenter and not gpu.datacenter_license:
-            gpu_reasons[gpu_id] = "licence: the GeForce driver EULA forbids data-centre deployment"
-            dropped["licence"] += 1
-            continue
+    for gpu_id, gpu in licensed_gpus(problem, catalog, dropped, gpu_reasons):
         precisions = [p for p in problem.serve_precisions if _math_supported(gpu, p)]
         if not precisions:
             gpu_reasons[gpu_id] = f"precision: no tensor cores for {', '.join(problem.serve_precisions)}"

@@ -23,6 +23,7 @@ from optimizer.plans import (
     build_groups,
     group_affordable,
     group_reason,
+    licensed_gpus,
     max_gpus,
     prune_dominated,
 )
@@ -91,12 +92,7 @@ def enumerate_plans(problem: Problem, catalog: Catalog) -> PlanTable:
     dropped: Counter = Counter()
     gpu_reasons: dict[str, str] = {}
     enumerated = 0
-    for gpu_id in problem.gpus:
-        gpu = catalog.gpus[gpu_id]
-        if problem.datacenter and not gpu.datacenter_license:
-            gpu_reasons[gpu_id] = "licence: the GeForce driver EULA forbids data-centre deployment"
-            dropped["licence"] += 1
-            continue
+    for gpu_id, gpu in licensed_gpus(problem, catalog, dropped, gpu_reasons):
         if gpu.tflops(problem.precision) is None:
             gpu_reasons[gpu_id] = f"precision: no {problem.precision} tensor cores"
             dropped["precision"] += 1
