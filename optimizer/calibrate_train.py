@@ -111,11 +111,10 @@ def training_case(row: dict[str, str], catalog: Catalog, aliases: TrainingAliase
     pp = fix.pp or _int(row["pp"]) or None
     if count is None or tp is None or pp is None:
         return "GPU count or TP/PP split not given"
-    if (_int(row["cp"]) or 1) > 1:
-        return "context parallelism is not modelled yet"
-    if count % (tp * pp):
-        return f"{count} GPUs is not a multiple of TP {tp} x PP {pp}"
-    dp = count // (tp * pp)
+    cp = _int(row["cp"]) or 1
+    if count % (tp * pp * cp):
+        return f"{count} GPUs is not a multiple of TP {tp} x PP {pp} x CP {cp}"
+    dp = count // (tp * pp * cp)
     mb = _int(row["micro_batch"])
     match = re.match(r"\s*(\d+)\s*seqs", row["global_batch_tokens_or_seqs"])
     if mb is None or match is None:
@@ -129,7 +128,7 @@ def training_case(row: dict[str, str], catalog: Catalog, aliases: TrainingAliase
     precision = "fp8" if re.search(r"fp8|float8", row["precision"], re.IGNORECASE) else "bf16"
     seq = _int(row["seq_len"]) or model.seq_len
     plan = TrainPlan(tp=tp, pp=pp, dp=dp, micro_batch=mb, num_micro_batches=gb // (mb * dp), recompute=recompute,
-                     sequence_parallel=tp > 1, zero=zero, precision=precision, seq_len=seq,
+                     sequence_parallel=tp > 1, zero=zero, precision=precision, seq_len=seq, cp=cp,
                      flash_attention=fix.flash_attention if fix.flash_attention is not None else True)
     server = catalog.servers[place.server]
     fabric = place.fabric if count > server.slots else None

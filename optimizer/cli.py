@@ -120,6 +120,8 @@ def estimate() -> None:
 @click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="selective", show_default=True)
 @click.option("--sequence-parallel", is_flag=True, help="Shard LayerNorm/dropout activations over TP.")
 @click.option("--zero", type=click.IntRange(0, 3), default=1, show_default=True)
+@click.option("--cp", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Context parallelism: each sequence split over CP GPUs (ring attention).")
 @click.option("--ep", type=click.IntRange(min=1), default=1, show_default=True,
               help="Expert parallelism for MoE models: experts sharded over EP GPUs of the DP group.")
 @click.option("--virtual-stages", type=click.IntRange(min=1), default=1, show_default=True,
@@ -133,7 +135,7 @@ def estimate() -> None:
 @handle_errors
 def estimate_train(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, micro_batch: int,
                    global_batch: int | None, seq_len: int | None, recompute: str, sequence_parallel: bool,
-                   zero: int, ep: int, virtual_stages: int, precision: str, server_id: str | None,
+                   zero: int, cp: int, ep: int, virtual_stages: int, precision: str, server_id: str | None,
                    fabric_id: str | None,
                    tokens: str | None, fmt: str, catalog_dir: Path | None) -> None:
     """Memory, step time, tokens/s, TFLOP/s per GPU, MFU and days for one configuration.
@@ -146,10 +148,11 @@ def estimate_train(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, mic
 
     catalog = load_catalog(catalog_dir)
     model, server = _resolve(catalog, model_ref, gpu_id, server_id)
-    if gpus % (tp * pp):
-        raise ProblemError(f"--gpus {gpus} is not a multiple of TP {tp} × PP {pp} = {tp * pp}. "
-                           f"To fix: use --gpus {max(1, gpus // (tp * pp)) * tp * pp}.")
-    dp = gpus // (tp * pp)
+    replica = tp * pp * cp
+    if gpus % replica:
+        raise ProblemError(f"--gpus {gpus} is not a multiple of TP {tp} × PP {pp} × CP {cp} = {replica}. "
+                           f"To fix: use --gpus {max(1, gpus // replica) * replica}.")
+    dp = gpus // replica
     s = seq_len or model.seq_len
     per_step = dp * micro_batch
     # default: about 4M tokens per step, rounded to whole micro-batches on every replica
@@ -171,12 +174,12 @@ def estimate_train(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, mic
                            f"{model.layers} layers per chunk (PP × virtual stages = {pp * virtual_stages}).")
     plan = TrainPlan(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, num_micro_batches=gb // (dp * micro_batch),
                      recompute=recompute, sequence_parallel=sequence_parallel, zero=zero, precision=precision,
-                     seq_len=s, virtual_stages=virtual_stages, ep=ep)
+                     seq_len=s, virtual_stages=virtual_stages, ep=ep, cp=cp)
     hw = catalog.hardware(gpu_id, server, fabric)
     try:
         result = train_step(model, hw, plan, catalog.efficiency)
     except ValueError as exc:
-        raise ProblemError(f"{exc}. To fix: check --precision, --ep and --gpus.") from None
+        raise ProblemError(f"{exc}. To fix: check --precision, --cp, --ep and --gpus.") from None
     out = {
         "model": model.name, "gpu": gpu_id, "server": server, "fabric": fabric, "gpus": gpus,
         "plan": plan.describe(), "fits": result.fits,

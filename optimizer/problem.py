@@ -171,8 +171,9 @@ class Search(Strict):
     # interleaved 1F1B chunks per GPU (used when PP > 1). 4 shrinks the bubble and, per Korthikanti
     # et al., the extra activation memory more than 2 does; add 2 where inter-node sends are slow
     virtual_stages: tuple[int, ...] = (1, 4)
+    cp: tuple[int, ...] = (1,)  # context parallelism: add 2, 4, 8 for long sequences
 
-    @field_validator("tp", "pp", "micro_batch", "micro_batches_per_stage", "zero", "virtual_stages")
+    @field_validator("tp", "pp", "micro_batch", "micro_batches_per_stage", "zero", "virtual_stages", "cp")
     @classmethod
     def _positive(cls, v: tuple[int, ...]) -> tuple[int, ...]:
         if not v or any(x < 0 for x in v):

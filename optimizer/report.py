@@ -150,9 +150,10 @@ def _training_plan(rec: Recommendation) -> dict[str, Any]:
     g = rec.table.groups[c.group]
     plan = c.plan
     return {
-        "gpu": g.gpu, "gpus": sol.counts.gpus, "gpus_used": plan.tp * plan.pp * sol.dp,
+        "gpu": g.gpu, "gpus": sol.counts.gpus, "gpus_used": plan.replica_gpus * sol.dp,
         "server": g.server, "servers": sol.counts.servers, "fabric": g.fabric,
-        "tp": plan.tp, "pp": plan.pp, "dp": sol.dp, "micro_batch": plan.micro_batch,
+        "tp": plan.tp, "pp": plan.pp, "cp": plan.cp, "virtual_stages": plan.virtual_stages, "dp": sol.dp,
+        "micro_batch": plan.micro_batch,
         "micro_batches": plan.num_micro_batches,
         "global_batch_seqs": plan.micro_batch * plan.num_micro_batches * sol.dp, "recompute": plan.recompute,
         "sequence_parallel": plan.sequence_parallel, "zero": plan.zero, "precision": plan.precision,
@@ -274,7 +275,10 @@ def _training_text(s: dict[str, Any], h) -> list[str]:
            if p.get("confidence") else ""),
         _cost_line(cost),
         h("Parallel plan"),
-        f"TP={plan['tp']} PP={plan['pp']} DP={plan['dp']} ({plan['gpus_used']} GPUs used), micro-batch "
+        f"TP={plan['tp']} PP={plan['pp']}"
+        + (f" (interleaved x{plan['virtual_stages']})" if plan["virtual_stages"] > 1 else "")
+        + (f" CP={plan['cp']}" if plan["cp"] > 1 else "")
+        + f" DP={plan['dp']} ({plan['gpus_used']} GPUs used), micro-batch "
         f"{plan['micro_batch']} x {plan['micro_batches']} per step, global batch {plan['global_batch_seqs']} "
         f"sequences, {plan['recompute']} recompute, ZeRO-{plan['zero']}"
         f"{', sequence parallel' if plan['sequence_parallel'] else ''}, {plan['precision']}.",

@@ -193,3 +193,25 @@ def test_expert_parallel_adds_all_to_all_and_fits_mixtral(catalog):
     assert dict(r8.breakdown)["ep_comm"] > 0 == dict(r1.breakdown)["ep_comm"]
     with pytest.raises(ValueError, match="expert parallelism"):
         train_step(catalog.models["llama3-8b"].spec(), hw, TrainPlan(dp=8, ep=8), catalog.efficiency)
+
+
+def test_context_parallel_splits_the_sequence(catalog):
+    """CP divides a sequence's activations and compute over cp GPUs; the K/V ring costs time only
+    where attention is too short to hide it; gradients reduce over DP × CP."""
+    from optimizer.perf import train_step
+
+    m = catalog.models["llama3.1-8b"].spec()
+    hw = catalog.hardware("h100-sxm", "hgx-hopper-8", None)
+    base = TrainPlan(tp=1, pp=1, dp=1, micro_batch=1, recompute="full", zero=1, seq_len=131072)
+    one = train_step(m, hw, base, catalog.efficiency)
+    eight = train_step(m, hw, TrainPlan(**{**base.__dict__, "cp": 8}), catalog.efficiency)
+    assert eight.memory.activations == pytest.approx(one.memory.activations / 8, rel=0.01)
+    assert eight.memory.optimizer == pytest.approx(one.memory.optimizer / 8)  # ZeRO-1 over DP × CP
+    assert not one.fits and eight.fits
+    assert eight.tokens_per_step == one.tokens_per_step  # CP splits a sequence, it adds no data
+    assert eight.tokens_per_s == pytest.approx(8 * one.tokens_per_s, rel=0.1)
+    assert dict(eight.breakdown)["cp_comm"] == 0  # 128k tokens of attention hide the ring
+    short = TrainPlan(**{**base.__dict__, "cp": 8, "seq_len": 2048})
+    assert dict(train_step(m, hw, short, catalog.efficiency).breakdown)["cp_comm"] > 0
+    with pytest.raises(ValueError, match="context parallelism"):
+        train_step(m, hw, TrainPlan(**{**base.__dict__, "cp": 3}), catalog.efficiency)

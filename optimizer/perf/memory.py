@@ -97,8 +97,8 @@ def training_memory(m: ModelSpec, plan: TrainPlan, reserved: float = 0.0) -> Mem
     ``1 + (pp−1)/(pp·v)`` times that with ``v`` interleaved model chunks per GPU;
     the last stage also holds the fp32 logits for the loss (4·s·b·V/tp bytes).
     """
-    s = plan.seq_len or m.seq_len
-    tp, pp, dp = plan.tp, plan.pp, plan.dp
+    s = (plan.seq_len or m.seq_len) / plan.cp  # context parallelism: each GPU keeps s/cp tokens
+    tp, pp, dp = plan.tp, plan.pp, plan.grad_ranks  # ZeRO shards over DP × CP
     layers = stage_layers(m, pp)
     per_layer = shape.layer_params(m)
     embed_in = m.vocab * m.hidden + (m.seq_len * m.hidden if m.mlp == "gelu" else 0)

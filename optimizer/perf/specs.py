@@ -157,11 +157,22 @@ class TrainPlan:
     seq_len: int | None = None  # None: the model's own
     flash_attention: bool = True  # fused attention never stores the s×s scores (Dao et al. 2022)
     ep: int = 1  # expert parallelism: experts sharded over ep GPUs of the data-parallel group
+    cp: int = 1  # context parallelism: each sequence split over cp GPUs (ring attention)
     virtual_stages: int = 1  # model chunks per GPU: interleaved 1F1B when > 1 (Narayanan et al. 2021)
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.replica_gpus * self.dp
+
+    @property
+    def replica_gpus(self) -> int:
+        """GPUs of one data-parallel replica: TP × PP × CP."""
+        return self.tp * self.pp * self.cp
+
+    @property
+    def grad_ranks(self) -> int:
+        """Ranks holding the same weights, which reduce gradients together: DP × CP."""
+        return self.dp * self.cp
 
     @property
     def global_batch(self) -> int:
@@ -171,7 +182,9 @@ class TrainPlan:
     def describe(self) -> str:
         sp = "+sp" if self.sequence_parallel else ""
         vp = f"(v{self.virtual_stages})" if self.virtual_stages > 1 else ""
+        cp = f"×cp{self.cp}" if self.cp > 1 else ""
+        ep = f" ep{self.ep}" if self.ep > 1 else ""
         return (
-            f"dp{self.dp}×pp{self.pp}{vp}×tp{self.tp}{sp} mb{self.micro_batch}×{self.num_micro_batches}"
+            f"dp{self.dp}×pp{self.pp}{vp}{cp}×tp{self.tp}{sp}{ep} mb{self.micro_batch}×{self.num_micro_batches}"
             f" {self.recompute}-recompute zero{self.zero} {self.precision}"
         )

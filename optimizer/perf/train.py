@@ -71,7 +71,7 @@ def dp_reduce_time(nbytes: float, plan: TrainPlan, hw: Hardware) -> float:
     buffer, and all the node's GPUs drive its NICs at once, so each gets 1/gpus_per_node of
     the node's network bandwidth.
     """
-    dp = plan.dp
+    dp = plan.grad_ranks
     if dp <= 1:
         return 0.0
     model_parallel = plan.tp * plan.pp
@@ -87,21 +87,13 @@ def dp_reduce_time(nbytes: float, plan: TrainPlan, hw: Hardware) -> float:
     return intra + allreduce_time(nbytes / k, nodes, per_gpu)
 
 
-def ep_link(plan: TrainPlan, hw: Hardware) -> Link:
-    """An expert-parallel group inside a node uses the node's link; across nodes, each GPU's share
-    of the node's network."""
-    if plan.ep * plan.tp <= hw.gpus_per_node or hw.network is None:
-        return hw.group_link(plan.ep * plan.tp)
+def span_link(size: int, hw: Hardware) -> Link:
+    """The link a group of ``size`` GPUs talks over: the node's link when the group fits in a
+    node, else each GPU's share of the node's network."""
+    if size <= hw.gpus_per_node or hw.network is None:
+        return hw.group_link(size)
     return Link(hw.network.name, hw.network.bw_one_way / hw.gpus_per_node, hw.network.efficiency,
                 hw.network.latency)
-
-
-def pp_link(plan: TrainPlan, hw: Hardware) -> Link:
-    """Stage boundaries inside a node use the node's link; else the network share per GPU."""
-    if plan.tp * plan.pp <= hw.gpus_per_node or hw.network is None:
-        return hw.group_link(plan.tp * plan.pp)
-    share = hw.gpus_per_node
-    return Link(hw.network.name, hw.network.bw_one_way / share, hw.network.efficiency, hw.network.latency)
 
 
 def params_per_gpu(m: ModelSpec, plan: TrainPlan) -> float:
@@ -113,7 +105,7 @@ def params_per_gpu(m: ModelSpec, plan: TrainPlan) -> float:
 def optimizer_time(m: ModelSpec, plan: TrainPlan, hw: Hardware, eff: Efficiency) -> float:
     """The Adam update is memory-bound: it streams weights, gradients, master weights and both
     moments (~32 bytes per parameter); ZeRO ≥ 1 leaves each GPU 1/dp of the parameters."""
-    opt_params = params_per_gpu(m, plan) / (plan.dp if plan.zero >= 1 else 1)
+    opt_params = params_per_gpu(m, plan) / (plan.grad_ranks if plan.zero >= 1 else 1)
     return opt_params * OPTIMIZER_BYTES_TOUCHED / (hw.device.mem_bw * eff.mem_bw)
 
 
@@ -152,6 +144,9 @@ def train_step(m: ModelSpec, hw: Hardware, plan: TrainPlan, eff: Efficiency) -> 
     peak = dev.peak(plan.precision)
     if not peak:
         raise ValueError(f"{dev.name} has no {plan.precision} tensor cores")
+    if (plan.seq_len or m.seq_len) % plan.cp:
+        raise ValueError(f"context parallelism {plan.cp} must divide the sequence length "
+                         f"{plan.seq_len or m.seq_len}")
     if plan.ep > 1 and (not m.moe or plan.dp % plan.ep or plan.ep > m.experts):
         raise ValueError(f"expert parallelism {plan.ep} needs an MoE model with at least {plan.ep} experts "
                          f"and a data-parallel degree divisible by it (dp {plan.dp})")
@@ -163,7 +158,7 @@ def train_step(m: ModelSpec, hw: Hardware, plan: TrainPlan, eff: Efficiency) -> 
 
     hw_flops_token = shape.hardware_flops_per_token(m, plan.recompute, s)
     model_flops_token = shape.model_flops_per_token(m, s)
-    tokens_mb = b * s
+    tokens_mb = b * s / plan.cp  # tokens of a micro-batch on one GPU (CP splits the sequence)
     compute_mb = compute_time(m, hw, plan, eff) * tokens_mb
 
     tp_mb = 0.0
@@ -172,10 +167,19 @@ def train_step(m: ModelSpec, hw: Hardware, plan: TrainPlan, eff: Efficiency) -> 
         buf = tokens_mb * m.hidden * ACT_BYTES
         tp_mb = layers * n_allreduce * allreduce_time(buf, tp, hw.group_link(tp)) * (1.0 - eff.tp_overlap)
 
+    cp_mb = 0.0
+    if plan.cp > 1:  # ring attention: K and V of the other cp − 1 chunks, forward; K, V, dK, dV back
+        kv = tokens_mb * 2 * m.kv_hidden * ACT_BYTES / tp
+        link = span_link(tp * plan.cp, hw)
+        ring = 3 * (plan.cp - 1) * (kv / link.effective_bw + link.latency)
+        attention = (3 * shape.attention_flops_per_token_layer(m, s) * tokens_mb / (tp * pp)
+                     / (dev.peak(plan.precision) * dev.efficiency(plan.precision) * eff.attention_kernel))
+        cp_mb = layers * max(0.0, ring - attention)  # the exchange hides behind the attention it feeds
+
     ep_mb = 0.0
     if m.moe and plan.ep > 1:  # dispatch and combine, forward and backward (GShard, Lepikhin et al. 2020)
         buf = tokens_mb * m.experts_active * m.hidden * ACT_BYTES / tp
-        link = ep_link(plan, hw)
+        link = span_link(plan.ep * plan.tp, hw)
         a2a = buf * (plan.ep - 1) / plan.ep / link.effective_bw + link.latency
         ep_mb = math.ceil(m.moe_layers / pp) * 4 * a2a
 
@@ -183,18 +187,18 @@ def train_step(m: ModelSpec, hw: Hardware, plan: TrainPlan, eff: Efficiency) -> 
     pp_mb = 0.0
     if pp > 1:  # a micro-batch crosses v·pp stage boundaries, forward and backward
         buf = tokens_mb * m.hidden * ACT_BYTES / (tp if plan.sequence_parallel else 1)
-        pp_mb = 2.0 * v * p2p_time(buf, pp_link(plan, hw))
+        pp_mb = 2.0 * v * p2p_time(buf, span_link(plan.replica_gpus, hw))
 
     # 1F1B: m + (pp − 1) micro-batch slots; interleaving v chunks shrinks the bubble v-fold
     slots = mb + (pp - 1) / v
-    per_mb = compute_mb + tp_mb + ep_mb + pp_mb
+    per_mb = compute_mb + tp_mb + cp_mb + ep_mb + pp_mb
     compute = mb * compute_mb
     bubble = (pp - 1) / v * per_mb
 
     params_gpu = params_per_gpu(m, plan)
     grad_bytes = params_gpu * GRAD_BYTES
     dp_time = dp_reduce_time(grad_bytes, plan, hw)
-    if plan.zero >= 3 and plan.dp > 1:
+    if plan.zero >= 3 and plan.grad_ranks > 1:
         # weights are all-gathered for the forward and again for the backward of every
         # micro-batch (FSDP/ZeRO-3); each all-gather moves half an all-reduce's bytes
         gather = dp_reduce_time(params_gpu * WEIGHT_BYTES, plan, hw) / 2.0
@@ -206,7 +210,7 @@ def train_step(m: ModelSpec, hw: Hardware, plan: TrainPlan, eff: Efficiency) -> 
     optimizer = optimizer_time(m, plan, hw, eff)
 
     step = slots * per_mb + dp_exposed + optimizer
-    tokens_step = plan.dp * mb * tokens_mb
+    tokens_step = plan.dp * mb * b * s
     tokens_per_s = tokens_step / step
     gpus = plan.gpus
     flops_gpu = model_flops_token * tokens_per_s / gpus
@@ -214,6 +218,7 @@ def train_step(m: ModelSpec, hw: Hardware, plan: TrainPlan, eff: Efficiency) -> 
     breakdown = (
         ("compute", compute),
         ("tp_comm", mb * tp_mb),
+        ("cp_comm", mb * cp_mb),
         ("ep_comm", mb * ep_mb),
         ("pp_comm", mb * pp_mb),
         ("pp_bubble", bubble),

@@ -73,7 +73,7 @@ class Candidate:
 
     @property
     def gpus_per_replica(self) -> int:
-        return self.plan.tp * self.plan.pp
+        return self.plan.replica_gpus
 
 
 @dataclass(frozen=True)

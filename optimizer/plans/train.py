@@ -144,13 +144,14 @@ def _group_candidates(problem: Problem, group: Group, hw: Hardware, eff, out: li
     multi = group.fabric is not None
     tried = 0
     least: tuple[float, str] | None = None
-    for tp in search.tp:
-        if tp > group.slots or m.heads % tp or (m.kv_heads % tp and tp % m.kv_heads):
+    for tp, cp in ((t, c) for t in search.tp for c in search.cp):
+        if (tp * cp > group.slots or m.heads % tp or (m.kv_heads % tp and tp % m.kv_heads)
+                or problem.seq_len % cp):
             continue
         for pp in search.pp:
             if pp > m.layers:
                 continue
-            mp = tp * pp
+            mp = tp * pp * cp
             dp_cap = max(1, problem.max_gpus // mp)
             if not multi and mp > group.slots:
                 continue
@@ -160,8 +161,8 @@ def _group_candidates(problem: Problem, group: Group, hw: Hardware, eff, out: li
                         tried += 1
                         base = TrainPlan(tp=tp, pp=pp, dp=1, micro_batch=b, num_micro_batches=pp,
                                          recompute=rc, sequence_parallel=tp > 1, zero=zero,
-                                         precision=problem.precision, seq_len=problem.seq_len)
-                        key = (capacity, tp, pp, b, rc, zero, dp_cap)
+                                         precision=problem.precision, seq_len=problem.seq_len, cp=cp)
+                        key = (capacity, tp, pp, cp, b, rc, zero, dp_cap)
                         if key not in fit_cache:  # memory does not depend on server or fabric
                             fit_cache[key] = _min_dp_that_fits(problem, base, capacity, eff.reserved_memory, dp_cap)
                         dp_fit = fit_cache[key]
@@ -169,7 +170,8 @@ def _group_candidates(problem: Problem, group: Group, hw: Hardware, eff, out: li
                             reasons["memory"] += 1
                             need = training_memory(m, replace(base, dp=dp_cap), eff.reserved_memory).total / 1e9
                             if least is None or need < least[0]:
-                                least = (need, f"TP={tp} PP={pp} micro-batch {b}, {rc} recompute, ZeRO-{zero}")
+                                least = (need, f"TP={tp} PP={pp} CP={cp} micro-batch {b}, {rc} recompute, "
+                                                 f"ZeRO-{zero}")
                             continue
                         for per_stage in search.micro_batches_per_stage:
                             if _dp_range(problem, group, mp, b * per_stage * pp, dp_fit) is None:
@@ -187,7 +189,7 @@ def _group_candidates(problem: Problem, group: Group, hw: Hardware, eff, out: li
 
 def _add_bands(problem: Problem, group: Group, hw: Hardware, eff, plan: TrainPlan, dp_fit: int,
                out: list[Candidate], reasons: Counter, factor: float = 1.0) -> None:
-    mp = plan.tp * plan.pp
+    mp = plan.replica_gpus
     span = _dp_range(problem, group, mp, plan.micro_batch * plan.num_micro_batches, dp_fit)
     if span is None:
         reasons["batch/size"] += 1
@@ -203,7 +205,8 @@ def _add_bands(problem: Problem, group: Group, hw: Hardware, eff, plan: TrainPla
         opt = optimizer_time(problem.model, worst, hw, eff)
         step = result.step_time + (opt * (band_hi / band_lo - 1.0) if plan.zero >= 1 else 0.0)
         vp = f"v{plan.virtual_stages}" if plan.virtual_stages > 1 else ""
-        key = (f"{group.key}/tp{plan.tp}-pp{plan.pp}{vp}-mb{plan.micro_batch}x{plan.num_micro_batches}"
+        cp = f"-cp{plan.cp}" if plan.cp > 1 else ""
+        key = (f"{group.key}/tp{plan.tp}-pp{plan.pp}{vp}{cp}-mb{plan.micro_batch}x{plan.num_micro_batches}"
                f"-{plan.recompute}-z{plan.zero}/dp{band_lo}-{band_hi}")
         out.append(Candidate(key, group.key, worst, band_lo, band_hi,
                              result.tokens_per_step / band_hi / step * factor, 0.0))
