@@ -58,7 +58,7 @@ def gpu_hours(path: Path, catalog: Catalog) -> list[GpuHours]:
     with path.open(newline="", encoding="utf-8") as f:
         for row in csv.DictReader(f):
             rec = recommend(_problem(catalog, row, path), catalog)
-            used = rec.solution.candidate.gpus_per_replica * rec.solution.dp
+            used = rec.solution.candidate.gpus_per_replica * rec.solution.dp  # units of ep replicas
             hours = used * rec.days * 24
             plan = rec.solution.candidate.plan.describe()
             out.append(GpuHours(row["model"], row["gpu"], used, float(row["tokens"]),

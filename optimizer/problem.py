@@ -172,8 +172,9 @@ class Search(Strict):
     # et al., the extra activation memory more than 2 does; add 2 where inter-node sends are slow
     virtual_stages: tuple[int, ...] = (1, 4)
     cp: tuple[int, ...] = (1,)  # context parallelism: add 2, 4, 8 for long sequences
+    ep: tuple[int, ...] = (1, 2, 4, 8)  # expert parallelism (MoE models only)
 
-    @field_validator("tp", "pp", "micro_batch", "micro_batches_per_stage", "zero", "virtual_stages", "cp")
+    @field_validator("tp", "pp", "micro_batch", "micro_batches_per_stage", "zero", "virtual_stages", "cp", "ep")
     @classmethod
     def _positive(cls, v: tuple[int, ...]) -> tuple[int, ...]:
         if not v or any(x < 0 for x in v):

@@ -56,11 +56,11 @@ def verify(problem: Problem, catalog: Catalog, table: PlanTable,
     c = sol.candidate
     group = table.groups[c.group]
     hw = catalog.hardware(group.gpu, group.server, group.fabric)
-    result = train_step(problem.model, hw, replace(c.plan, dp=sol.dp), catalog.efficiency)
+    result = train_step(problem.model, hw, replace(c.plan, dp=sol.dp * c.plan.ep), catalog.efficiency)
     factor = confidence_factor(problem, catalog)
     planned = result.tokens_per_s * factor
     checks, problems = [], []
-    gb = c.plan.micro_batch * c.plan.num_micro_batches * sol.dp
+    gb = c.plan.micro_batch * c.plan.num_micro_batches * sol.dp * c.plan.ep
     (checks if result.fits else problems).append(
         f"memory {result.memory.total / 1e9:,.1f} GB per GPU ≤ {result.memory_capacity / 1e9:,.0f} GB")
     ok = planned >= sol.tokens_per_s * (1 - 1e-9)

@@ -150,12 +150,14 @@ def _training_plan(rec: Recommendation) -> dict[str, Any]:
     g = rec.table.groups[c.group]
     plan = c.plan
     return {
-        "gpu": g.gpu, "gpus": sol.counts.gpus, "gpus_used": plan.replica_gpus * sol.dp,
+        "gpu": g.gpu, "gpus": sol.counts.gpus, "gpus_used": plan.unit_gpus * sol.dp,
         "server": g.server, "servers": sol.counts.servers, "fabric": g.fabric,
-        "tp": plan.tp, "pp": plan.pp, "cp": plan.cp, "virtual_stages": plan.virtual_stages, "dp": sol.dp,
+        "tp": plan.tp, "pp": plan.pp, "cp": plan.cp, "ep": plan.ep, "virtual_stages": plan.virtual_stages,
+        "dp": sol.dp * plan.ep,
         "micro_batch": plan.micro_batch,
         "micro_batches": plan.num_micro_batches,
-        "global_batch_seqs": plan.micro_batch * plan.num_micro_batches * sol.dp, "recompute": plan.recompute,
+        "global_batch_seqs": plan.micro_batch * plan.num_micro_batches * sol.dp * plan.ep,
+        "recompute": plan.recompute,
         "sequence_parallel": plan.sequence_parallel, "zero": plan.zero, "precision": plan.precision,
         "days": rec.days, "tokens_per_s": perf.tokens_per_s, "tflops_per_gpu": perf.flops_per_gpu / 1e12,
         "mfu": perf.mfu, "step_time_s": perf.step_time,
@@ -278,6 +280,7 @@ def _training_text(s: dict[str, Any], h) -> list[str]:
         f"TP={plan['tp']} PP={plan['pp']}"
         + (f" (interleaved x{plan['virtual_stages']})" if plan["virtual_stages"] > 1 else "")
         + (f" CP={plan['cp']}" if plan["cp"] > 1 else "")
+        + (f" EP={plan['ep']}" if plan["ep"] > 1 else "")
         + f" DP={plan['dp']} ({plan['gpus_used']} GPUs used), micro-batch "
         f"{plan['micro_batch']} x {plan['micro_batches']} per step, global batch {plan['global_batch_seqs']} "
         f"sequences, {plan['recompute']} recompute, ZeRO-{plan['zero']}"

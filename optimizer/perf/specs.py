@@ -170,6 +170,11 @@ class TrainPlan:
         return self.tp * self.pp * self.cp
 
     @property
+    def unit_gpus(self) -> int:
+        """GPUs the planner scales by: one replica, or an expert-parallel group of ep replicas."""
+        return self.replica_gpus * self.ep
+
+    @property
     def grad_ranks(self) -> int:
         """Ranks holding the same weights, which reduce gradients together: DP × CP."""
         return self.dp * self.cp

@@ -65,15 +65,16 @@ class Candidate:
 
     key: str
     group: str
-    plan: TrainPlan  # dp is dp_max, where throughput was evaluated
-    dp_min: int
+    plan: TrainPlan  # its dp is ep × dp_max, where throughput was evaluated
+    dp_min: int  # in units of ep replicas (the MIP's dp; the data-parallel degree is ep × dp)
     dp_max: int
-    replica_tokens_per_s: float
+    replica_tokens_per_s: float  # per unit of ep replicas
     memory_gb: float  # per GPU at dp_min
 
     @property
     def gpus_per_replica(self) -> int:
-        return self.plan.replica_gpus
+        """GPUs per unit the MIP counts: TP × PP × CP, times EP for expert-parallel plans."""
+        return self.plan.unit_gpus
 
 
 @dataclass(frozen=True)

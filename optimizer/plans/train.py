@@ -33,9 +33,9 @@ NODE_BANDS = (2, 8, 32, 128, 512, 2048, 8192, 32768)
 
 
 def _min_dp_that_fits(problem: Problem, plan: TrainPlan, capacity: float, reserved: float, dp_cap: int) -> int | None:
-    """Smallest dp whose memory fits (memory falls with dp under ZeRO), or None."""
+    """Smallest dp (in units of ep replicas) whose memory fits (it falls with dp under ZeRO), or None."""
     def fits(dp: int) -> bool:
-        return training_memory(problem.model, replace(plan, dp=dp), reserved).total <= capacity
+        return training_memory(problem.model, replace(plan, dp=dp * plan.ep), reserved).total <= capacity
     if plan.zero == 0 or dp_cap <= 1:
         return 1 if fits(1) else None
     if not fits(dp_cap):
@@ -144,14 +144,15 @@ def _group_candidates(problem: Problem, group: Group, hw: Hardware, eff, out: li
     multi = group.fabric is not None
     tried = 0
     least: tuple[float, str] | None = None
-    for tp, cp in ((t, c) for t in search.tp for c in search.cp):
+    eps = [e for e in search.ep if e == 1 or (m.moe and e <= m.experts)] if m.moe else [1]
+    for tp, cp, ep in ((t, c, e) for t in search.tp for c in search.cp for e in eps):
         if (tp * cp > group.slots or m.heads % tp or (m.kv_heads % tp and tp % m.kv_heads)
                 or problem.seq_len % cp):
             continue
         for pp in search.pp:
             if pp > m.layers:
                 continue
-            mp = tp * pp * cp
+            mp = tp * pp * cp * ep  # the MIP scales by units of ep replicas
             dp_cap = max(1, problem.max_gpus // mp)
             if not multi and mp > group.slots:
                 continue
@@ -159,22 +160,22 @@ def _group_candidates(problem: Problem, group: Group, hw: Hardware, eff, out: li
                 for rc in search.recompute:
                     for zero in search.zero:
                         tried += 1
-                        base = TrainPlan(tp=tp, pp=pp, dp=1, micro_batch=b, num_micro_batches=pp,
+                        base = TrainPlan(tp=tp, pp=pp, dp=ep, micro_batch=b, num_micro_batches=pp,
                                          recompute=rc, sequence_parallel=tp > 1, zero=zero,
-                                         precision=problem.precision, seq_len=problem.seq_len, cp=cp)
-                        key = (capacity, tp, pp, cp, b, rc, zero, dp_cap)
+                                         precision=problem.precision, seq_len=problem.seq_len, cp=cp, ep=ep)
+                        key = (capacity, tp, pp, cp, ep, b, rc, zero, dp_cap)
                         if key not in fit_cache:  # memory does not depend on server or fabric
                             fit_cache[key] = _min_dp_that_fits(problem, base, capacity, eff.reserved_memory, dp_cap)
                         dp_fit = fit_cache[key]
                         if dp_fit is None:
                             reasons["memory"] += 1
-                            need = training_memory(m, replace(base, dp=dp_cap), eff.reserved_memory).total / 1e9
+                            need = training_memory(m, replace(base, dp=dp_cap * ep), eff.reserved_memory).total / 1e9
                             if least is None or need < least[0]:
                                 least = (need, f"TP={tp} PP={pp} CP={cp} micro-batch {b}, {rc} recompute, "
                                                  f"ZeRO-{zero}")
                             continue
                         for per_stage in search.micro_batches_per_stage:
-                            if _dp_range(problem, group, mp, b * per_stage * pp, dp_fit) is None:
+                            if _dp_range(problem, group, mp, b * per_stage * pp * ep, dp_fit) is None:
                                 reasons["batch/size"] += 1
                                 continue
                             for v in search.virtual_stages:
@@ -189,15 +190,15 @@ def _group_candidates(problem: Problem, group: Group, hw: Hardware, eff, out: li
 
 def _add_bands(problem: Problem, group: Group, hw: Hardware, eff, plan: TrainPlan, dp_fit: int,
                out: list[Candidate], reasons: Counter, factor: float = 1.0) -> None:
-    mp = plan.replica_gpus
-    span = _dp_range(problem, group, mp, plan.micro_batch * plan.num_micro_batches, dp_fit)
+    mp = plan.unit_gpus
+    span = _dp_range(problem, group, mp, plan.micro_batch * plan.num_micro_batches * plan.ep, dp_fit)
     if span is None:
         reasons["batch/size"] += 1
         return
     lo, hi = span
     per_node = max(1, group.slots // mp)
     for band_lo, band_hi in _dp_bands(lo, hi, per_node, group.fabric is not None):
-        worst = replace(plan, dp=band_hi)
+        worst = replace(plan, dp=band_hi * plan.ep)
         result = train_step(problem.model, hw, worst, eff)
         # Communication grows with dp and the sharded optimizer step shrinks with it (∝ 1/dp under
         # ZeRO ≥ 1), so the slowest step anywhere in the band is at most step(dp_max) with
@@ -205,7 +206,7 @@ def _add_bands(problem: Problem, group: Group, hw: Hardware, eff, plan: TrainPla
         opt = optimizer_time(problem.model, worst, hw, eff)
         step = result.step_time + (opt * (band_hi / band_lo - 1.0) if plan.zero >= 1 else 0.0)
         vp = f"v{plan.virtual_stages}" if plan.virtual_stages > 1 else ""
-        cp = f"-cp{plan.cp}" if plan.cp > 1 else ""
+        cp = (f"-cp{plan.cp}" if plan.cp > 1 else "") + (f"-ep{plan.ep}" if plan.ep > 1 else "")
         key = (f"{group.key}/tp{plan.tp}-pp{plan.pp}{vp}{cp}-mb{plan.micro_batch}x{plan.num_micro_batches}"
                f"-{plan.recompute}-z{plan.zero}/dp{band_lo}-{band_hi}")
         out.append(Candidate(key, group.key, worst, band_lo, band_hi,
@@ -214,5 +215,5 @@ def _add_bands(problem: Problem, group: Group, hw: Hardware, eff, plan: TrainPla
 
 def with_memory(c: Candidate, problem: Problem, reserved: float) -> Candidate:
     """The candidate with its memory per GPU at dp_min (computed only for survivors)."""
-    mem = training_memory(problem.model, replace(c.plan, dp=c.dp_min), reserved)
+    mem = training_memory(problem.model, replace(c.plan, dp=c.dp_min * c.plan.ep), reserved)
     return replace(c, memory_gb=mem.total / 1e9)
