@@ -7,14 +7,16 @@ predicted time to GPU-hours. The 90 % band comes from the calibration residuals.
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
 from pathlib import Path
 
+from optimizer.calibrate import read_rows
 from optimizer.catalog import Catalog
 from optimizer.errors import ProblemError
 from optimizer.problem import Problem, Search, SolverOptions
 from optimizer.recommend import recommend
+
+COLUMNS = ("model", "gpu", "gpus", "tokens", "published_gpu_hours", "global_batch_tokens")
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,13 @@ def _problem(catalog: Catalog, row: dict[str, str], path: Path) -> Problem:
     model = catalog.models.get(row["model"])
     if model is None or row["gpu"] not in catalog.gpus:
         raise ProblemError(f"{path}: row '{row['model']}': unknown model or GPU id.")
+    try:
+        numbers = [float(row[k]) for k in ("gpus", "tokens", "published_gpu_hours", "global_batch_tokens")]
+    except ValueError:
+        raise ProblemError(f"{path}: row '{row['model']}': gpus, tokens, published_gpu_hours and "
+                           "global_batch_tokens must be numbers.") from None
+    if min(numbers) <= 0:
+        raise ProblemError(f"{path}: row '{row['model']}': every number must be positive.")
     spec = model.spec()
     fac = catalog.facility
     return Problem(
@@ -55,15 +64,13 @@ def _problem(catalog: Catalog, row: dict[str, str], path: Path) -> Problem:
 def gpu_hours(path: Path, catalog: Catalog) -> list[GpuHours]:
     band = catalog.band("train")
     out = []
-    with path.open(newline="", encoding="utf-8") as f:
-        for row in csv.DictReader(f):
-            rec = recommend(_problem(catalog, row, path), catalog)
-            used = rec.solution.candidate.gpus_per_replica * rec.solution.dp  # units of ep replicas
-            hours = used * rec.days * 24
-            plan = rec.solution.candidate.plan.describe()
-            out.append(GpuHours(row["model"], row["gpu"], used, float(row["tokens"]),
-                                float(row["published_gpu_hours"]), hours,
-                                (hours / band.ratio(95), hours / band.ratio(5)), plan))
+    for row in read_rows(path, COLUMNS):
+        rec = recommend(_problem(catalog, row, path), catalog)
+        used = rec.solution.candidate.gpus_per_replica * rec.solution.dp  # units of ep replicas
+        hours = used * rec.days * 24
+        out.append(GpuHours(row["model"], row["gpu"], used, float(row["tokens"]), float(row["published_gpu_hours"]),
+                            hours, (hours / band.ratio(95), hours / band.ratio(5)),
+                            rec.solution.candidate.plan.describe()))
     return out
 
 

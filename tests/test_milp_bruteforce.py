@@ -100,3 +100,27 @@ def test_instances_cover_both_objectives_and_infeasibility():
         table, targets = random_instance(random.Random(seed))
         kinds.add((targets.objective, brute_force(table, targets) is None))
     assert kinds == {("min_cost", False), ("min_cost", True), ("min_time", False), ("min_time", True)}
+
+
+def test_fast_pruning_keeps_exactly_what_the_dominance_rule_keeps():
+    """prune_dominated (rate-ordered, tuple ranges) against the pairwise rule ``dominates``."""
+    from optimizer.plans import dominates, prune_dominated
+
+    for seed in range(50):
+        rng = random.Random(seed)
+        cands = []
+        for i in range(rng.randint(5, 40)):
+            tp, pp = rng.choice([1, 2, 4]), rng.choice([1, 2])
+            lo = rng.randint(1, 10)
+            plan = TrainPlan(tp=tp, pp=pp, dp=lo)
+            cands.append(Candidate(f"g/c{i:02d}", rng.choice(["g1", "g2"]), plan, lo, lo + rng.randint(0, 10),
+                                   rng.choice([1.0, 2.0, 3.0]) * tp * pp * rng.uniform(0.5, 1.5), 0.0))
+        fast, pruned = prune_dominated(list(cands))
+        order = sorted(cands, key=lambda c: (-c.replica_tokens_per_s / c.gpus_per_replica, c.gpus_per_replica,
+                                             c.dp_min, -c.dp_max, c.key))
+        reference: list[Candidate] = []
+        for c in order:
+            if not any(dominates(a, c) for a in reference):
+                reference.append(c)
+        assert {c.key for c in fast} == {c.key for c in reference}, seed
+        assert pruned == len(cands) - len(reference)

@@ -124,10 +124,6 @@ def _tp_allreduce(nbytes: float, hw: Hardware, plan: ServePlan) -> float:
     return allreduce_time(nbytes, plan.tp, hw.group_link(plan.tp)) if plan.tp > 1 else 0.0
 
 
-def _stage_link(hw: Hardware, plan: ServePlan):
-    return hw.group_link(plan.gpus)
-
-
 def decode_step(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int,
                 eff: Efficiency) -> tuple[float, dict[str, float]]:
     """Time for every one of ``batch`` sequences to produce one token, and its parts.
@@ -155,7 +151,7 @@ def decode_step(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int,
     work = gemm + attention
     comm = layers * 2 * _tp_allreduce(mb * m.hidden * ACT_BYTES, hw, plan)
     exposed = comm - min(eff.tp_overlap * comm, work)
-    send = p2p_time(mb * m.hidden * ACT_BYTES, _stage_link(hw, plan)) if plan.pp > 1 else 0.0
+    send = p2p_time(mb * m.hidden * ACT_BYTES, hw.group_link(plan.gpus)) if plan.pp > 1 else 0.0
     stage = work + exposed + send
     slots = max(micro, plan.pp)
     parts = {"weights_read": slots * weights_gpu / bw,
@@ -181,7 +177,7 @@ def prefill_time(m: ModelSpec, hw: Hardware, plan: ServePlan, prompts: int, eff:
     memory = weight_bytes(m, plan.precision) / plan.gpus / (hw.device.mem_bw * eff.mem_bw)
     layers = math.ceil(m.layers / plan.pp)
     comm = layers * 2 * _tp_allreduce(prompts * s * m.hidden * ACT_BYTES, hw, plan)
-    send = p2p_time(prompts * s * m.hidden * ACT_BYTES, _stage_link(hw, plan)) if plan.pp > 1 else 0.0
+    send = p2p_time(prompts * s * m.hidden * ACT_BYTES, hw.group_link(plan.gpus)) if plan.pp > 1 else 0.0
     return plan.pp * (max(compute, memory) + comm + send) if plan.pp > 1 else max(compute, memory) + comm
 
 

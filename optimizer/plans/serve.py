@@ -89,7 +89,7 @@ def enumerate_serving(problem: Problem, catalog: Catalog) -> PlanTable:
                                 continue
                             r = serve(m, hw, replace(plan, batch=batch), eff)
                             key = f"{group.key}/{d.name}/tp{tp}-pp{pp}-{precision}-b{batch}"
-                            out.append(ServeCandidate(key, group.key, d.name, r_plan(plan, batch),
+                            out.append(ServeCandidate(key, group.key, d.name, replace(plan, batch=batch),
                                                       r.output_tokens_per_s * factor, r.ttft / factor,
                                                       r.tpot / factor, r.memory_per_gpu / 1e9))
                             groups[group.key] = group
@@ -99,10 +99,6 @@ def enumerate_serving(problem: Problem, catalog: Catalog) -> PlanTable:
     used = {c.group for c in kept}
     return PlanTable((), {k: v for k, v in groups.items() if k in used}, dropped, gpu_reasons, tried, pruned,
                      tuple(kept))
-
-
-def r_plan(plan: ServePlan, batch: int) -> ServePlan:
-    return replace(plan, batch=batch)
 
 
 def _note(best: dict[str, tuple[float, str]], kind: str, value: float, reason: str) -> None:
