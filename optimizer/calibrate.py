@@ -34,17 +34,32 @@ class _Formats(BaseModel):
     kv: str
 
 
+class _Placement(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    gpu: str
+    server: str
+    fabric: str
+
+
+class _Override(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    tp: int | None = None
+    pp: int | None = None
+    flash_attention: bool | None = None
+
+
 class Aliases(BaseModel):
+    """calibration/aliases.yaml: names the published runs use, and facts their rows leave out."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
     schema_version: int
-    models: dict[str, str]
-    gpus: dict[str, str]
+    models: dict[str, str]  # serving rows' model names → presets
+    gpus: dict[str, str]  # serving rows' GPU names → catalog GPUs
     precisions: dict[str, _Formats]
-    # the training keys of the same file (checked in full by calibrate_train.TrainingAliases)
-    training_gpus: dict[str, dict[str, str]] = {}
-    training_models: dict[str, str] = {}
-    training_overrides: dict[str, dict[str, object]] = {}
-    training_excluded: dict[str, str] = {}
+    training_gpus: dict[str, _Placement] = {}  # training rows' GPU names → GPU, server, fabric
+    training_models: dict[str, str] = {}  # training rows without a shape → presets
+    training_overrides: dict[str, _Override] = {}  # row id → facts from the row's source
+    training_excluded: dict[str, str] = {}  # row id → why the model does not try it
 
 
 @dataclass(frozen=True)
@@ -142,7 +157,11 @@ def serving_case(row: dict[str, str], catalog: Catalog, aliases: Aliases):
     in_len, out_len = _int(row["input_len"]), _int(row["output_len"])
     if in_len is None or out_len is None:
         return f"variable request lengths ({row['input_len']}); the model needs fixed input and output lengths"
-    tp, pp, count = _int(row["tp"]) or 1, _int(row["pp"]) or 1, _int(row["gpu_count"]) or 1
+    sizes = {k: 1 if not row[k].strip() else _int(row[k]) for k in ("tp", "pp", "gpu_count")}
+    bad = [k for k, v in sizes.items() if v is None or v < 1]
+    if bad:
+        return f"column '{bad[0]}' is not a positive whole number ({row[bad[0]]!r})"
+    tp, pp, count = sizes["tp"], sizes["pp"], sizes["gpu_count"]
     if count % (tp * pp):
         return f"{count} GPUs is not a multiple of TP {tp} × PP {pp}"
     batch_text = row["batch_or_concurrency"]
@@ -236,6 +255,9 @@ def render(report: Report, fmt: str) -> str:
     if report.skipped:
         out.append(f"\nrows the model cannot express ({len(report.skipped)}):")
         out += [f"  {i}: {r}" for i, r in report.skipped]
+    if not report.comparisons:
+        out.append(f"\nno row of {report.source} can be expressed: nothing to compare (reasons above).")
+        return "\n".join(out) + "\n"
     out.append(f"\nabsolute error ({report.source}):")
     for metric, s in report.summary().items():
         out.append(f"  {metric:<20} {s['rows']:>4} rows  median {s['median_abs_error']:.1%}  "
@@ -278,13 +300,13 @@ def _apply(catalog: Catalog, params: dict[str, float]) -> Catalog:
                   decode_gemm=params["decode_gemm"])
     links = {k: (v.model_copy(update={"efficiency": params["pcie_efficiency"]}) if k in PCIE_LINKS else v)
              for k, v in catalog.links.items()}
-    from optimizer.catalog import _resolve_same_as
+    from optimizer.catalog import resolve_same_as
 
     gpus = dict(catalog.gpus)
     h100 = gpus["h100-sxm"]
     gpus["h100-sxm"] = h100.model_copy(update={"matmul_efficiency": h100.matmul_efficiency.model_copy(
         update={"fp8": params["h100_fp8_gemm"]})})
-    return _resolve_same_as(replace(catalog, efficiency=eff, links=links, gpus=gpus))
+    return resolve_same_as(replace(catalog, efficiency=eff, links=links, gpus=gpus))
 
 
 def _score(catalog: Catalog, cases: list, params: dict[str, float]) -> tuple[float, float, int]:

@@ -11,40 +11,26 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
-
-from optimizer.calibrate import Comparison, Fit, Report, _float, _int, grid_search, percentile, read_rows
+from optimizer.calibrate import (
+    Aliases,
+    Comparison,
+    Fit,
+    Report,
+    _float,
+    _int,
+    _Override,
+    grid_search,
+    load_aliases,
+    percentile,
+    read_rows,
+)
 from optimizer.catalog import Catalog
-from optimizer.errors import ProblemError
 from optimizer.perf.specs import ModelSpec, TrainPlan
 from optimizer.perf.train import train_step
-from optimizer.validation import read_yaml, validate
 
 TRAINING_COLUMNS = ("id", "model", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "seq_len", "vocab", "gpu",
                     "gpu_count", "tp", "pp", "dp", "cp", "global_batch_tokens_or_seqs", "micro_batch", "recompute",
                     "zero_stage", "precision", "achieved_tflops_per_gpu", "mfu_pct", "tokens_per_sec_per_gpu")
-
-
-class _Placement(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    gpu: str
-    server: str
-    fabric: str
-
-
-class _Override(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    tp: int | None = None
-    pp: int | None = None
-    flash_attention: bool | None = None
-
-
-class TrainingAliases(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)  # the serving keys live in the same file
-    training_gpus: dict[str, _Placement]
-    training_models: dict[str, str]
-    training_overrides: dict[str, _Override] = {}
-    training_excluded: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -56,10 +42,6 @@ class TrainingCase:
     plan: TrainPlan
     metric: str  # mfu | tflops_per_gpu | tokens_per_s_per_gpu
     measured: float
-
-
-def load_training_aliases(path: Path) -> TrainingAliases:
-    return validate(TrainingAliases, read_yaml(path, ProblemError), path, ProblemError)
 
 
 def _zero(text: str) -> int | None:
@@ -81,7 +63,7 @@ def _recompute(text: str) -> str | None:
     return None
 
 
-def _model(row: dict[str, str], catalog: Catalog, aliases: TrainingAliases) -> ModelSpec | str:
+def _model(row: dict[str, str], catalog: Catalog, aliases: Aliases) -> ModelSpec | str:
     preset = aliases.training_models.get(row["model"])
     if preset:
         spec = catalog.models[preset].spec()
@@ -95,7 +77,7 @@ def _model(row: dict[str, str], catalog: Catalog, aliases: TrainingAliases) -> M
     return ModelSpec(row["model"], layers, hidden, heads, kv, ffn, vocab, seq, mlp)
 
 
-def training_case(row: dict[str, str], catalog: Catalog, aliases: TrainingAliases) -> TrainingCase | str:
+def training_case(row: dict[str, str], catalog: Catalog, aliases: Aliases) -> TrainingCase | str:
     """The configuration a row describes, or why it cannot be expressed."""
     if row["id"] in aliases.training_excluded:
         return aliases.training_excluded[row["id"]]
@@ -141,7 +123,7 @@ def training_case(row: dict[str, str], catalog: Catalog, aliases: TrainingAliase
 
 
 def validate_training(path: Path, catalog: Catalog, aliases_path: Path) -> Report:
-    aliases = load_training_aliases(aliases_path)
+    aliases = load_aliases(aliases_path)
     comparisons, skipped = [], []
     for row in read_rows(path, TRAINING_COLUMNS):
         case = training_case(row, catalog, aliases)
@@ -179,7 +161,7 @@ def apply_training(catalog: Catalog, params: dict[str, float]) -> Catalog:
     """The catalog with fitted training parameters (GPUs that say same_as follow their reference)."""
     from dataclasses import replace
 
-    from optimizer.catalog import _resolve_same_as
+    from optimizer.catalog import resolve_same_as
 
     gpus = dict(catalog.gpus)
     for gid, key in (("a100-sxm-80gb", "a100_gemm"), ("h100-sxm", "h100_gemm")):
@@ -188,11 +170,11 @@ def apply_training(catalog: Catalog, params: dict[str, float]) -> Catalog:
         gpus[gid] = gpus[gid].model_copy(update={"matmul_efficiency": eff})
     eff = replace(catalog.efficiency, elementwise_bytes=params["elementwise_bytes"],
                   attention_kernel=params["attention_kernel"], dp_overlap=params["dp_overlap"])
-    return _resolve_same_as(replace(catalog, gpus=gpus, efficiency=eff))
+    return resolve_same_as(replace(catalog, gpus=gpus, efficiency=eff))
 
 
 def _training_cases(path: Path, catalog: Catalog, aliases_path: Path) -> list[TrainingCase]:
-    aliases = load_training_aliases(aliases_path)
+    aliases = load_aliases(aliases_path)
     cases = []
     for row in read_rows(path, TRAINING_COLUMNS):
         case = training_case(row, catalog, aliases)

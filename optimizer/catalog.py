@@ -311,13 +311,6 @@ class Catalog:
             raise CatalogError(f"{self.root}: no uncertainty.yaml. To fix: run 'gpuopt fit' and save its bands.")
         return self.uncertainty.training if kind == "train" else self.uncertainty.serving
 
-    def get(self, kind: str, ident: str) -> Record:
-        table: dict[str, Record] = getattr(self, kind)
-        if ident not in table:
-            raise CatalogError(f"unknown {kind[:-1]} '{ident}'.{suggest(ident, table)}"
-                               f" Known: {', '.join(sorted(table))}.")
-        return table[ident]
-
     def servers_for(self, gpu_id: str) -> list[Server]:
         return [s for s in self.servers.values() if gpu_id in s.accepts]
 
@@ -412,10 +405,10 @@ def load_catalog(root: Path | None = None) -> Catalog:
         uncertainty=bands,  # type: ignore[arg-type]
     )
     _check_references(cat)
-    return _resolve_same_as(cat)
+    return resolve_same_as(cat)
 
 
-def _resolve_same_as(cat: Catalog) -> Catalog:
+def resolve_same_as(cat: Catalog) -> Catalog:
     """Fill ``matmul_efficiency.same_as`` references with the referenced GPU's figures."""
     from dataclasses import replace
 

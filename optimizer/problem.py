@@ -13,7 +13,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+    model_validator,
+)
 
 from optimizer.catalog import Catalog
 from optimizer.errors import ProblemError, suggest
@@ -34,7 +43,15 @@ def parse_quantity(value: float | int | str) -> float:
     return float(match.group(1)) * _SUFFIX[match.group(2).lower()]
 
 
-Quantity = float | int | str
+def _positive_quantity(value: float | int | str) -> float:
+    number = parse_quantity(value)
+    if number <= 0:
+        raise ValueError(f"must be positive, got {value!r}")
+    return number
+
+
+# A positive number written as 1e12, '1T', '500B' or '250k', validated (and parsed) by the schema.
+Quantity = Annotated[float | int | str, AfterValidator(_positive_quantity)]
 
 
 class Strict(BaseModel):
@@ -94,15 +111,13 @@ class RequestClass(Strict):
     def _one_demand(self) -> RequestClass:
         if (self.output_tokens_per_s is None) == (self.requests_per_s is None):
             raise ValueError("give exactly one of output_tokens_per_s and requests_per_s")
-        if self.output_tokens_per_s is not None and parse_quantity(self.output_tokens_per_s) <= 0:
-            raise ValueError("output_tokens_per_s must be positive")
         return self
 
     @property
     def demand(self) -> float:
         """Output tokens per second to sustain."""
         if self.output_tokens_per_s is not None:
-            return parse_quantity(self.output_tokens_per_s)
+            return float(self.output_tokens_per_s)
         return (self.requests_per_s or 0.0) * self.output_len
 
 
@@ -128,13 +143,6 @@ class Workload(Strict):
     precision: Literal["bf16", "fp16", "fp8"] = "bf16"
     seq_len: int | None = Field(default=None, ge=1)
     global_batch: GlobalBatch = GlobalBatch(max_tokens="4M")
-
-    @field_validator("tokens")
-    @classmethod
-    def _tokens(cls, v: Quantity) -> Quantity:
-        if parse_quantity(v) <= 0:
-            raise ValueError("tokens must be positive")
-        return v
 
 
 class Budget(Strict):
@@ -299,7 +307,7 @@ def load_problem(path: Path | str, catalog: Catalog) -> Problem:
     model = resolve_model(w.model, catalog, path)
     serving = isinstance(w, ServeWorkload)
     seq_len = model.seq_len if serving else (w.seq_len or model.seq_len)
-    tokens = 0.0 if serving else parse_quantity(w.tokens)
+    tokens = 0.0 if serving else float(w.tokens)
 
     if serving and spec.objective != "min_cost":
         raise ProblemError(f"{path}: field 'objective': a serving workload is planned at minimum cost for its "
@@ -310,14 +318,12 @@ def load_problem(path: Path | str, catalog: Catalog) -> Problem:
     if spec.objective == "min_time" and spec.budget is None and spec.site.power_cap_kw is None:
         raise ProblemError(f"{path}: objective min_time needs a 'budget' (or at least a power cap), or the "
                            "fastest cluster is unbounded. To fix: add budget: {usd: 500000}.")
-    budget = parse_quantity(spec.budget.usd) if spec.budget else None
-    if budget is not None and budget <= 0:
-        raise ProblemError(f"{path}: field 'budget.usd': must be positive (got {spec.budget.usd!r}).")
+    budget = float(spec.budget.usd) if spec.budget else None
 
     gb = GlobalBatch(max_seqs=1) if serving else w.global_batch
     max_seqs = gb.max_seqs
     if max_seqs is None:
-        max_tokens = parse_quantity(gb.max_tokens) if gb.max_tokens is not None else 4e6
+        max_tokens = float(gb.max_tokens) if gb.max_tokens is not None else 4e6
         max_seqs = max(1, int(max_tokens // seq_len))
     if gb.min_seqs > max_seqs:
         raise ProblemError(f"{path}: field 'workload.global_batch': min_seqs {gb.min_seqs} exceeds max_seqs "

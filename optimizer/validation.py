@@ -34,22 +34,34 @@ def read_yaml(path: Path, error: type[GpuoptError]) -> Any:
     return data
 
 
+_MISSING = object()
+
+
+def _step(node: Any, part: Any) -> Any:
+    """The child of ``node`` that a location part names, or ``_MISSING``."""
+    if isinstance(node, dict) and part in node:
+        return node[part]
+    if isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+        return node[part]
+    return _MISSING
+
+
 def _entry_label(data: Any, loc: tuple[Any, ...]) -> tuple[str, tuple[Any, ...]]:
     """Describe where ``loc`` points: 'gpus[2] (id 'h100-sxm')' and the rest of the path."""
     node = data
     label = []
     for i, part in enumerate(loc):
-        if isinstance(part, int) and isinstance(node, list) and part < len(node):
-            node = node[part]
-            ident = node.get("id") if isinstance(node, dict) else None
+        child = _step(node, part)
+        if child is _MISSING:
+            break
+        if isinstance(node, list):
+            ident = child.get("id") if isinstance(child, dict) else None
             label.append(f"[{part}]" + (f" (id '{ident}')" if ident else ""))
             if ident:
                 return "".join(label).lstrip("."), loc[i + 1 :]
-        elif isinstance(node, dict) and part in node:
-            node = node[part]
-            label.append(f".{part}" if label else str(part))
         else:
-            break
+            label.append(f".{part}" if label else str(part))
+        node = child
     return "", loc
 
 
@@ -85,11 +97,11 @@ def _data_path(data: Any, loc: tuple[Any, ...]) -> tuple[Any, ...]:
     """``loc`` without the tags pydantic inserts for tagged unions (parts the data does not have),
     keeping the last part (a missing field is, by definition, not in the data)."""
     node, kept = data, []
+    loc = tuple(p for p in loc if not (isinstance(p, str) and "[" in p))  # validator tags of unions
     for i, part in enumerate(loc):
-        present = (isinstance(node, dict) and part in node) or (
-            isinstance(node, list) and isinstance(part, int) and part < len(node))
-        if present:
-            node = node[part]
+        child = _step(node, part)
+        if child is not _MISSING:
+            node = child
             kept.append(part)
         elif i == len(loc) - 1 or not isinstance(part, str) or not isinstance(node, dict):
             kept.append(part)
@@ -100,6 +112,8 @@ def format_errors(exc: ValidationError, path: Path, data: Any, model: type[BaseM
     """One line per pydantic error: file, entry, field, what was wrong, how to fix it."""
     lines = []
     for err in exc.errors():
+        if _losing_union_branch(data, tuple(err["loc"]), err["type"]):
+            continue
         loc = _data_path(data, tuple(err["loc"]))
         entry, rest = _entry_label(data, loc)
         field = ".".join(str(p) for p in rest) or "(entry)"
@@ -112,9 +126,26 @@ def format_errors(exc: ValidationError, path: Path, data: Any, model: type[BaseM
             lines.append(f"{path}: {where}: required but missing. To fix: add it.")
         else:
             got = err.get("input")
-            shown = f" (got {got!r})" if not isinstance(got, (dict, list)) else ""
-            lines.append(f"{path}: {where}: {err['msg']}{shown}.")
+            msg = err["msg"].removeprefix("Value error, ")
+            shown = f" (got {got!r})" if not isinstance(got, (dict, list)) and repr(got) not in msg else ""
+            lines.append(f"{path}: {where}: {msg}{shown}.")
     return "\n".join(lines)
+
+
+def _losing_union_branch(data: Any, loc: tuple[Any, ...], kind: str) -> bool:
+    """A 'should be a string/number' complaint about a value the user wrote as a mapping comes
+    from the scalar branch of a union (``model: preset-id | {shape}``); the other branch's error
+    is the one that helps."""
+    if kind not in ("string_type", "int_type", "float_type", "bool_type") or len(loc) < 2:
+        return False
+    node = data
+    for part in loc[:-1]:
+        child = _step(node, part)
+        if child is not _MISSING:
+            node = child
+        elif not (isinstance(part, str) and isinstance(node, dict)):
+            return False
+    return isinstance(node, dict) and loc[-1] in ("str", "int", "float", "bool")
 
 
 def validate(model: type[BaseModel], data: Any, path: Path, error: type[GpuoptError]) -> Any:

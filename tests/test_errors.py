@@ -159,3 +159,29 @@ def test_budget_hint_applied_makes_the_problem_feasible(tmp_path):
     usd = int(needed.group(1).replace(",", "")) + 1
     fixed = run("solve", write(tmp_path, text.replace("usd: 100k", f"usd: {usd}"), "fixed.yaml"))
     assert fixed.exit_code == 0, fixed.output
+
+
+def test_quantities_are_validated_by_the_schema(tmp_path):
+    r = run("solve", write(tmp_path, TINY.replace("deadline_days: 30", "deadline_days: 30\nbudget: {usd: lots}")))
+    assert r.exit_code == 2 and "field 'budget.usd'" in r.output and "got 'lots'" in r.output
+    assert "Traceback" not in r.output and "Value error" not in r.output
+
+
+def test_inline_model_errors_name_the_shape_not_the_union(tmp_path):
+    shape = "{layers: 2, hidden: 100, heads: 3, ffn_hidden: 10, vocab: 10, seq_len: 8, mlp: gelu}"
+    r = run("solve", write(tmp_path, TINY.replace("model: llama2-7b", f"model: {shape}")))
+    assert r.exit_code == 2
+    assert "field 'workload.model': hidden 100 is not divisible by heads 3" in r.output
+    assert "str" not in r.output.split("workload.model")[1].split(":")[0] and "function-after" not in r.output
+
+
+def test_validate_explains_rows_it_cannot_read(tmp_path):
+    from tests.test_calibration import SERVING
+
+    data = tmp_path / "runs.csv"
+    header = SERVING.read_text().splitlines()[0]
+    data.write_text(header + "\nx1,Llama-3.1-8B,8,FP8,L40S,one,1,1,e,128,128,max load,100,,,,src,n\n")
+    r = run("validate", "--data", str(data))
+    assert r.exit_code == 0
+    assert "column 'gpu_count' is not a positive whole number ('one')" in r.output
+    assert "nothing to compare" in r.output and "nan" not in r.output
