@@ -8,7 +8,7 @@ GPU in a server on a fabric to the SI ``perf.Hardware`` the performance model us
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -410,7 +410,6 @@ def load_catalog(root: Path | None = None) -> Catalog:
 
 def resolve_same_as(cat: Catalog) -> Catalog:
     """Fill ``matmul_efficiency.same_as`` references with the referenced GPU's figures."""
-    from dataclasses import replace
 
     gpus = dict(cat.gpus)
     for gid, gpu in cat.gpus.items():
@@ -450,3 +449,26 @@ def _check_references(cat: Catalog) -> None:
             raise CatalogError(f"{path}: fabric '{fabric.id}': without a nic it needs ports_per_server and port_gbps.")
         if fabric.nic is not None and fabric.nics_per_server < 1:
             raise CatalogError(f"{path}: fabric '{fabric.id}': field 'nics_per_server' must be at least 1.")
+
+
+PRICED = ("gpus", "servers", "nics", "switches")  # the catalog tables whose entries carry a price
+
+
+def priced_item(cat: Catalog, item_id: str) -> tuple[str, Record]:
+    """(table, entry) of the priced catalog entry ``item_id``; CatalogError with a suggestion if none."""
+    for table in PRICED:
+        if item_id in getattr(cat, table):
+            return table, getattr(cat, table)[item_id]
+    ids = [i for table in PRICED for i in getattr(cat, table)]
+    raise CatalogError(f"no GPU, server, NIC or switch '{item_id}' in the catalog.{suggest(item_id, ids)}"
+                       " To fix: use an id from 'gpuopt catalog list'.")
+
+
+def with_price(cat: Catalog, item_id: str, usd: float, note: str) -> Catalog:
+    """The catalog with one entry's price replaced (a quote, a discount or a what-if scenario);
+    ``note`` says where the new figure comes from and is kept as its source."""
+    table, item = priced_item(cat, item_id)
+    price = item.price.model_copy(update={"usd": usd, "source": note, "assumption": False})  # type: ignore[attr-defined]
+    entries = dict(getattr(cat, table))
+    entries[item_id] = item.model_copy(update={"price": price})
+    return replace(cat, **{table: entries})

@@ -6,43 +6,16 @@ This is the only place exceptions become messages and exit codes:
 
 from __future__ import annotations
 
-import functools
 import json
-import sys
 from pathlib import Path
-from typing import Any
 
 import click
 
 from optimizer.catalog import Catalog, load_catalog
-from optimizer.errors import CatalogError, GpuoptError, InfeasibleError, ProblemError, suggest
+from optimizer.cli_common import catalog_option, handle_errors
+from optimizer.errors import CatalogError, ProblemError, suggest
 from optimizer.perf.specs import TrainPlan
 from optimizer.perf.train import train_step
-
-EXIT_INFEASIBLE = 1
-EXIT_BAD_INPUT = 2
-
-
-def handle_errors(fn):
-    """Turn gpuopt's exceptions into a message on stderr and the documented exit code."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except InfeasibleError as exc:
-            click.echo(f"infeasible: {exc}", err=True)
-            sys.exit(EXIT_INFEASIBLE)
-        except GpuoptError as exc:
-            kind = {CatalogError: "catalog error", ProblemError: "problem error"}.get(type(exc), "error")
-            click.echo(f"{kind}: {exc}", err=True)
-            sys.exit(EXIT_BAD_INPUT)
-
-    return wrapper
-
-
-catalog_option = click.option("--catalog", "catalog_dir", type=click.Path(file_okay=False, path_type=Path),
-                              default=None, help="Catalog folder (default: the catalogs/ shipped with gpuopt).")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -478,3 +451,8 @@ def catalog_validate(catalog_dir: Path | None) -> None:
                f"{len(cat.fabrics)} fabrics, {len(cat.models)} model presets.")
     if assumed:
         click.echo(f"GPU prices that are assumptions (get a quote): {', '.join(assumed)}")
+
+
+from optimizer.cli_tradeoffs import sweep  # noqa: E402  (the trade-off commands live in their own module)
+
+main.add_command(sweep)

@@ -34,7 +34,8 @@ Constraints
     (12) Σ_{r∈R_k} rate_r·n_r ≥ D_k for every request class k
     opex = W · load factor · PUE · hours(horizon) · $/kWh;   TCO = capex + opex
 Objective
-    min_cost: minimise TCO;  min_time: maximise T.  A second pass fixes the optimum and takes,
+    min_cost: minimise TCO;  min_time: maximise T;  min_power: minimise W (used to price the
+    smallest power cap that makes a problem feasible).  A second pass fixes the optimum and takes,
     among equally good answers, the cheapest (min_time) or the fastest / most capacity (min_cost).
 """
 
@@ -67,7 +68,7 @@ class Status(enum.Enum):
 class Targets:
     """What the MIP must meet and what it optimises."""
 
-    objective: str  # min_cost | min_time
+    objective: str  # min_cost | min_time | min_power
     tokens: float
     deadline_s: float | None = None
     budget_usd: float | None = None
@@ -376,7 +377,7 @@ def solve(table: PlanTable, targets: Targets, backend: str = "ortools", time_lim
         model.add((tco if targets.budget_covers == "tco" else capex) <= targets.budget_usd, "budget")
     # --- objective and solve ---------------------------------------------------------------
     maximize = targets.objective == "min_time"
-    model.set_objective(throughput if maximize else tco, maximize)
+    model.set_objective({"min_time": throughput, "min_power": power}.get(targets.objective, tco), maximize)
     status, objective, bound = model.solve(time_limit_s, mip_gap)
     if status in (Status.INFEASIBLE, Status.NO_SOLUTION):
         return _empty(status, backend, start, model)
@@ -392,9 +393,13 @@ def solve(table: PlanTable, targets: Targets, backend: str = "ortools", time_lim
         slack = 1e-7 * max(1.0, abs(objective))
         if maximize:
             model.add(throughput >= objective - slack, "tie_break_throughput")
+            model.set_objective(tco, False)
+        elif targets.objective == "min_power":
+            model.add(power <= objective + slack, "tie_break_power")
+            model.set_objective(tco, False)
         else:
             model.add(tco <= objective + slack, "tie_break_cost")
-        model.set_objective(tco if maximize else (throughput if table.candidates else capacity), not maximize)
+            model.set_objective(throughput if table.candidates else capacity, True)
         second, _, _ = model.solve(remaining, mip_gap)
         if second == Status.OPTIMAL:  # a pass stopped by the clock is discarded: keeps output deterministic
             values = snapshot()

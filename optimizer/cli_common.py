@@ -1,0 +1,38 @@
+"""What every gpuopt command shares: turning gpuopt's exceptions into messages and exit codes
+(0 success, 1 infeasible, 2 bad input and solver failures), and the --catalog option."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from optimizer.errors import CatalogError, GpuoptError, InfeasibleError, ProblemError
+
+EXIT_INFEASIBLE = 1
+EXIT_BAD_INPUT = 2
+
+
+def handle_errors(fn):
+    """Turn gpuopt's exceptions into a message on stderr and the documented exit code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except InfeasibleError as exc:
+            click.echo(f"infeasible: {exc}", err=True)
+            sys.exit(EXIT_INFEASIBLE)
+        except GpuoptError as exc:
+            kind = {CatalogError: "catalog error", ProblemError: "problem error"}.get(type(exc), "error")
+            click.echo(f"{kind}: {exc}", err=True)
+            sys.exit(EXIT_BAD_INPUT)
+
+    return wrapper
+
+
+catalog_option = click.option("--catalog", "catalog_dir", type=click.Path(file_okay=False, path_type=Path),
+                              default=None, help="Catalog folder (default: the catalogs/ shipped with gpuopt).")

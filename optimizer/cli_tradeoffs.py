@@ -1,0 +1,106 @@
+"""The trade-off commands: ``sweep``, ``explain``, ``compare`` and ``report`` (thin, like cli.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from optimizer.catalog import load_catalog
+from optimizer.cli_common import catalog_option, handle_errors
+from optimizer.errors import ProblemError, SolverError
+
+solver_option = click.option("--solver", type=click.Choice(["ortools", "pulp"]), default=None,
+                             help="MIP backend (default: the problem's solver.backend).")
+time_limit_option = click.option("--time-limit", type=click.FloatRange(min=1), default=None,
+                                 help="Seconds per MIP solve (default: the problem's solver.time_limit_s).")
+
+
+def _png_path(path: Path | None) -> None:
+    if path is not None and path.suffix.lower() != ".png":
+        raise ProblemError(f"--plot {path}: the chart is a PNG. To fix: name it {path.with_suffix('.png')}.")
+
+
+@click.command()
+@click.argument("problem_file", type=click.Path(path_type=Path))
+@click.option("--budget", default=None, help="Budgets in USD: START:STOP:COUNT (100k:2M:20), a list (250k,500k,1M) "
+                                             "or one value.")
+@click.option("--deadline", default=None, help="Deadlines in days (min_cost training problems), e.g. 15:90:16.")
+@click.option("--tokens", default=None, help="Training tokens, e.g. 500B:4T:8.")
+@click.option("--power", default=None, help="Power caps in kW, e.g. 10:60:6.")
+@click.option("--demand", default=None, help="Serving: total output tokens/s (every class scaled), e.g. 5k:50k:10.")
+@click.option("--price", "prices", multiple=True,
+              help="Price scenario of a catalog entry: ID=-30% (change), ID=25000 (USD), or several values "
+                   "(h100-sxm=-30%:0%:4). Repeat for more entries.")
+@click.option("--csv", "csv_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write every point as CSV (deterministic: same inputs, same bytes).")
+@click.option("--plot", "plot_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write a PNG: the frontier by GPU choice and the cost of each point by category.")
+@click.option("--workers", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Processes solving points in parallel (0: one per core).")
+@click.option("--format", "fmt", type=click.Choice(["text", "csv", "json"]), default="text", show_default=True)
+@solver_option
+@time_limit_option
+@catalog_option
+@handle_errors
+def sweep(problem_file: Path, budget: str | None, deadline: str | None, tokens: str | None, power: str | None,
+          demand: str | None, prices: tuple[str, ...], csv_file: Path | None, plot_file: Path | None, workers: int,
+          fmt: str, solver: str | None, time_limit: float | None, catalog_dir: Path | None) -> None:
+    """Re-solve PROBLEM_FILE over a grid of budgets, deadlines, tokens, power caps, demands or prices.
+
+    Several axes make a grid (every combination). Prints every point, the Pareto frontier of cost
+    against time (or serving capacity) with the GPU choice at each point, and checks that relaxing
+    any axis never made the optimum worse (a violation is reported as a bug, exit 2).
+
+    \b
+    Examples:
+      gpuopt sweep problems/lab_budget.yaml --budget 100k:2M:20 --plot sweep.png
+      gpuopt sweep problems/lab_budget.yaml --budget 250k,500k,1M --power 20,30,60 --csv grid.csv
+      gpuopt sweep problems/llama2_70b_pretrain.yaml --deadline 20:60:5 --price b200=-30%,0%
+    """
+    from optimizer.problem import load_problem
+    from optimizer.sweep import parse_axes, render_text, run_sweep, table_rows, to_csv
+
+    _png_path(plot_file)
+    catalog = load_catalog(catalog_dir)
+    problem = load_problem(problem_file, catalog)
+    axes = parse_axes(problem, catalog, budget, deadline, tokens, power, demand, prices)
+    points = 1
+    for a in axes:
+        points *= len(a.values)
+    if points > 10_000:
+        raise ProblemError(f"the grid has {points:,} points. To fix: use fewer values per axis (at most 10,000 "
+                           "points in all).")
+    workers = workers or os.cpu_count() or 1
+    start = time.perf_counter()
+
+    def progress(stream, total):  # a bar on a terminal; nothing in a pipe or a log
+        with click.progressbar(stream, length=total, label=f"solving {total} points", file=sys.stderr) as bar:
+            yield from bar
+
+    result = run_sweep(problem, catalog, axes, solver or problem.solver.backend,
+                       time_limit or problem.solver.time_limit_s, workers, progress if sys.stderr.isatty() else None)
+    click.echo(f"{len(result.rows)} points in {time.perf_counter() - start:,.1f} s with {min(workers, points)} "
+               "worker(s)", err=True)
+    if fmt == "csv":
+        click.echo(to_csv(result), nl=False)
+    elif fmt == "json":
+        click.echo(json.dumps({"problem": problem.name, "rows": table_rows(result),
+                               "violations": list(result.violations)}, indent=2))
+    else:
+        click.echo(render_text(result), nl=False)
+    if csv_file is not None:
+        csv_file.write_text(to_csv(result), encoding="utf-8")
+        click.echo(f"CSV written to {csv_file}", err=True)
+    if plot_file is not None:
+        from optimizer.plots import write_png
+
+        write_png(result, plot_file)
+        click.echo(f"chart written to {plot_file}", err=True)
+    if result.violations:
+        raise SolverError("the sweep's optimum got worse when an axis was relaxed (a bug):\n  "
+                          + "\n  ".join(result.violations))
