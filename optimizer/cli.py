@@ -453,6 +453,7 @@ def catalog_validate(catalog_dir: Path | None) -> None:
         click.echo(f"GPU prices that are assumptions (get a quote): {', '.join(assumed)}")
 
 
-from optimizer.cli_tradeoffs import sweep  # noqa: E402  (the trade-off commands live in their own module)
+from optimizer.cli_tradeoffs import explain, sweep  # noqa: E402  (the trade-off commands live in their own module)
 
-main.add_command(sweep)
+for command in (sweep, explain):
+    main.add_command(command)

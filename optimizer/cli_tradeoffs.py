@@ -104,3 +104,35 @@ def sweep(problem_file: Path, budget: str | None, deadline: str | None, tokens: 
     if result.violations:
         raise SolverError("the sweep's optimum got worse when an axis was relaxed (a bug):\n  "
                           + "\n  ".join(result.violations))
+
+
+@click.command()
+@click.argument("problem_file", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@solver_option
+@time_limit_option
+@catalog_option
+@handle_errors
+def explain(problem_file: Path, fmt: str, solver: str | None, time_limit: float | None,
+            catalog_dir: Path | None) -> None:
+    """Why the optimum of PROBLEM_FILE is what it is.
+
+    For every GPU in the catalog: the best cluster of that type alone, or why it is out, in
+    numbers. Which limits bind at the optimum and what relaxing each by 10 % is worth. For an
+    infeasible problem: the smallest change of budget, power or deadline that makes it feasible
+    (exit 1).
+
+    \b
+    Example:
+      gpuopt explain problems/lab_budget.yaml
+    """
+    from optimizer.explain import explain as run_explain
+    from optimizer.explain import render_text, to_json
+    from optimizer.problem import load_problem
+
+    catalog = load_catalog(catalog_dir)
+    problem = load_problem(problem_file, catalog)
+    result = run_explain(problem, catalog, solver, time_limit)
+    click.echo(json.dumps(to_json(result), indent=2) if fmt == "json" else render_text(result), nl=fmt == "json")
+    if result.best is None:
+        sys.exit(1)

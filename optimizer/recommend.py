@@ -6,6 +6,7 @@ solver chose, and its hardware is re-priced from the catalog, independently of t
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from optimizer.catalog import Catalog
@@ -148,7 +149,7 @@ def recommend(problem: Problem, catalog: Catalog, backend: str | None = None,
     targets = targets_of(problem)
     if not table.candidates and not table.serving:
         reasons = [f"{gpu}: {why}" for gpu, why in sorted(table.gpu_reasons.items())]
-        hints = feasibility_hints(problem, catalog, table, targets, backend, limit, fallback=False)
+        hints = feasibility_hints(problem, catalog, table, backend, limit, fallback=False)
         raise InfeasibleError(f"no GPU in the catalog can run {problem.model_id} under this problem's limits:",
                               reasons + hints)
     sol = solve(table, targets, backend, limit, problem.solver.mip_gap)
@@ -156,43 +157,71 @@ def recommend(problem: Problem, catalog: Catalog, backend: str | None = None,
         raise SolverError(f"no solution found within {limit:g} s. To fix: raise solver.time_limit_s.")
     if sol.status == Status.INFEASIBLE:
         raise InfeasibleError(f"no cluster meets every target of '{problem.name}'.",
-                              feasibility_hints(problem, catalog, table, targets, backend, limit))
+                              feasibility_hints(problem, catalog, table, backend, limit))
     perf, checks, replica_perf = verify(problem, catalog, table, sol)
     return Recommendation(problem, table, sol, perf, checks, replica_perf)
 
 
-def feasibility_hints(problem: Problem, catalog: Catalog, table: PlanTable, targets: Targets, backend: str,
-                      limit: float, fallback: bool = True) -> list[str]:
-    """What single relaxation makes the problem feasible, each priced by a re-solve.
+@dataclass(frozen=True)
+class Repair:
+    """The smallest change of one limit that makes a problem feasible, with the others unchanged."""
 
-    Plans are re-enumerated without the relaxed limit: the budget and the power cap also
-    bound how many GPUs each candidate may use.
+    limit: str  # budget | power | deadline
+    current: float  # USD, W or seconds
+    needed: float  # the least (budget, power) or the shortest (deadline) that works, rounded up
+
+    def apply(self, problem: Problem) -> Problem:
+        field = {"budget": "budget_usd", "power": "power_cap_w", "deadline": "deadline_s"}[self.limit]
+        return replace(problem, **{field: self.needed})
+
+    def describe(self, problem: Problem) -> str:
+        if self.limit == "budget":
+            return (f"budget: the least {problem.budget_covers} that meets the other targets is ${self.needed:,.0f}; "
+                    f"the budget is ${self.current:,.0f} (+${self.needed - self.current:,.0f})")
+        if self.limit == "power":
+            return (f"power: the least IT power that meets the other targets is {self.needed / 1e3:,.2f} kW; "
+                    f"the cap is {self.current / 1e3:,.1f} kW (+{(self.needed - self.current) / 1e3:,.2f} kW)")
+        return (f"deadline: the fastest cluster within the other limits takes {self.needed / 86400:,.2f} days; "
+                f"the deadline is {self.current / 86400:,.1f} days (+{(self.needed - self.current) / 86400:,.2f} days)")
+
+
+def repairs(problem: Problem, catalog: Catalog, table: PlanTable, backend: str, limit: float) -> list[Repair]:
+    """For each of budget, power cap and deadline the problem has: the smallest value that makes it
+    feasible with the other limits kept, found by one MIP each.
+
+    The budget: minimise capex (or TCO, if that is what the budget covers) without the budget;
+    the power cap: minimise IT power without the cap; the deadline: maximise tokens/s without it.
+    Plans are re-enumerated without a relaxed budget or cap, which also bound each plan's GPUs.
+    Values are rounded up ($1, 10 W, 0.01 day) so that applying them is feasible.
     """
-    hints = []
-    days = f"{problem.deadline_s / 86400:,.1f}" if problem.deadline_s else None
-    if targets.budget_usd is not None:
-        relaxed = replace(targets, budget_usd=None, objective="min_cost")
-        wider = enumerate_candidates(replace(problem, budget_usd=None), catalog)
-        s = _solve_if_any(wider, relaxed, backend, limit, problem)
-        if s is not None and s.status in (Status.OPTIMAL, Status.FEASIBLE):
-            spend = s.capex + (s.opex if targets.budget_covers == "tco" else 0.0)
-            hints.append(f"budget: the cheapest cluster that meets the other targets costs ${spend:,.0f} "
-                         f"({targets.budget_covers}); the budget is ${targets.budget_usd:,.0f} "
-                         f"(+${spend - targets.budget_usd:,.0f})")
-    if targets.power_cap_w is not None:
-        relaxed = replace(targets, power_cap_w=None, objective="min_cost")
-        wider = enumerate_candidates(replace(problem, power_cap_w=None), catalog)
-        s = _solve_if_any(wider, relaxed, backend, limit, problem)
-        if s is not None and s.status in (Status.OPTIMAL, Status.FEASIBLE):
-            hints.append(f"power: a cluster that meets the other targets draws {s.power_w / 1e3:,.1f} kW; "
-                         f"the cap is {targets.power_cap_w / 1e3:,.1f} kW")
-    if targets.deadline_s is not None:
-        relaxed = replace(targets, deadline_s=None, objective="min_time")
-        s = _solve_if_any(table, relaxed, backend, limit, problem)
-        if s is not None and s.status in (Status.OPTIMAL, Status.FEASIBLE) and s.tokens_per_s > 0:
-            best = problem.tokens / s.tokens_per_s / 86400
-            hints.append(f"deadline: the fastest cluster within the other limits takes {best:,.1f} days; "
-                         f"the deadline is {days} days")
+    out = []
+    targets = targets_of(problem)
+    if problem.budget_usd is not None:
+        capex_only = problem.budget_covers == "capex"
+        relaxed = replace(targets, budget_usd=None, objective="min_cost",
+                          opex_usd_per_w=0.0 if capex_only else targets.opex_usd_per_w)
+        s = _solve_if_any(enumerate_candidates(replace(problem, budget_usd=None), catalog), relaxed, backend,
+                          limit, problem)
+        if s is not None:
+            out.append(Repair("budget", problem.budget_usd, math.ceil(s.capex if capex_only else s.tco)))
+    if problem.power_cap_w is not None:
+        relaxed = replace(targets, power_cap_w=None, objective="min_power")
+        s = _solve_if_any(enumerate_candidates(replace(problem, power_cap_w=None), catalog), relaxed, backend,
+                          limit, problem)
+        if s is not None:
+            out.append(Repair("power", problem.power_cap_w, math.ceil(s.power_w / 10) * 10.0))
+    if problem.deadline_s is not None and problem.kind == "train":
+        s = _solve_if_any(table, replace(targets, deadline_s=None, objective="min_time"), backend, limit, problem)
+        if s is not None and s.tokens_per_s > 0:
+            days = math.ceil(problem.tokens / s.tokens_per_s / 864) / 100
+            out.append(Repair("deadline", problem.deadline_s, days * 86400))
+    return out
+
+
+def feasibility_hints(problem: Problem, catalog: Catalog, table: PlanTable, backend: str, limit: float,
+                      fallback: bool = True) -> list[str]:
+    """What single relaxation makes the problem feasible, each priced by a re-solve."""
+    hints = [r.describe(problem) for r in repairs(problem, catalog, table, backend, limit)]
     if not hints and fallback:
         hints.append("no single relaxation of budget, power or deadline helps: allow more GPUs "
                      "(hardware.max_gpus), a larger global batch, or more GPU types")
@@ -201,6 +230,8 @@ def feasibility_hints(problem: Problem, catalog: Catalog, table: PlanTable, targ
 
 def _solve_if_any(table: PlanTable, targets: Targets, backend: str, limit: float,
                   problem: Problem) -> MilpSolution | None:
+    """The relaxed problem's solution, or None if it has no plan or is infeasible too."""
     if not table.candidates and not table.serving:
         return None
-    return solve(table, targets, backend, limit, problem.solver.mip_gap, tie_break=False)
+    s = solve(table, targets, backend, limit, problem.solver.mip_gap, tie_break=False)
+    return s if s.status in (Status.OPTIMAL, Status.FEASIBLE) else None

@@ -232,7 +232,7 @@ def solve_point(problem: Problem, catalog: Catalog, table: PlanTable, index: int
             + (f" EP{c.ep}" if c.ep > 1 else "")
         rate, days = perf.tokens_per_s, rec.days
     else:
-        plan = " + ".join(f"{n}x{r.key.split('/')[0]} TP{r.plan.tp}" for r, n in sol.replicas)
+        plan = "; ".join(f"{r.demand}: {n}x{table.groups[r.group].gpu} TP{r.plan.tp}" for r, n in sol.replicas)
         rate, days = sum(sol.serving_capacity().values()), None
     return SweepRow(index, values, sol.status.value, "+".join(gpus), sum(p.gpus for p in sol.purchases),
                     sum(p.servers for p in sol.purchases), "+".join(nets), plan, rate, days, sol.capex, sol.tco,

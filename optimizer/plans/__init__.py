@@ -8,7 +8,7 @@ Both prune dominated candidates exactly and share the hardware groups defined he
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from optimizer.catalog import Catalog
 from optimizer.perf.serve import ServePlan
@@ -254,6 +254,15 @@ from optimizer.plans.serve import enumerate_serving  # noqa: E402  (re-exports; 
 from optimizer.plans.train import enumerate_plans, with_memory  # noqa: E402
 
 
+def restrict(table: PlanTable, gpu: str) -> PlanTable:
+    """The candidates on one GPU type only: what enumerating with just that GPU gives, since
+    each GPU's groups, bounds and pruning are independent of the others'."""
+    groups = {k: g for k, g in table.groups.items() if g.gpu == gpu}
+    return replace(table, candidates=tuple(c for c in table.candidates if c.group in groups), groups=groups,
+                   serving=tuple(r for r in table.serving if r.group in groups),
+                   gpu_reasons={k: v for k, v in table.gpu_reasons.items() if k == gpu})
+
+
 def enumerate_candidates(problem: Problem, catalog: Catalog) -> PlanTable:
     """The candidates for ``problem``'s workload."""
     return enumerate_serving(problem, catalog) if problem.kind == "serve" else enumerate_plans(problem, catalog)
@@ -262,4 +271,4 @@ def enumerate_candidates(problem: Problem, catalog: Catalog) -> PlanTable:
 __all__ = ["Candidate", "Group", "PlanTable", "ServeCandidate", "build_groups", "dominates", "enumerate_candidates",
            "licence_reason", "licensed_gpus",
            "enumerate_plans", "enumerate_serving", "group_affordable", "group_reason", "max_gpus", "prune_dominated",
-           "prune_serving", "serve_dominates", "with_memory"]
+           "prune_serving", "restrict", "serve_dominates", "with_memory"]

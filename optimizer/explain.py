@@ -1,0 +1,211 @@
+"""Why the optimum is what it is: the best plan on every GPU type alone (or the reason, in
+numbers, that the type is out), which limits bind at the optimum and what relaxing each is
+worth, and for an infeasible problem the smallest change of one limit that makes it feasible.
+
+Every figure comes from a MIP solve re-checked by the performance model, as in ``solve``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from optimizer.catalog import Catalog
+from optimizer.plans import PlanTable, enumerate_candidates, restrict
+from optimizer.problem import Problem
+from optimizer.recommend import Repair, repairs
+from optimizer.sweep import SweepRow, solve_point
+
+STEP = 0.10  # each limit is relaxed by 10 % to price it
+
+
+@dataclass(frozen=True)
+class GpuOption:
+    """One catalog GPU: its best cluster alone, or why it is out."""
+
+    gpu: str
+    outcome: str  # optimum | feasible | out
+    reason: str = ""
+    row: SweepRow | None = None
+
+
+@dataclass(frozen=True)
+class Relaxation:
+    """One limit at the optimum: its slack, and the optimum with the limit relaxed by STEP."""
+
+    limit: str  # budget | power | deadline
+    current: float  # USD, W or seconds
+    slack: float  # in the same unit
+    relaxed_to: float
+    binding: bool
+    row: SweepRow | None  # the optimum with the limit relaxed
+
+
+@dataclass(frozen=True)
+class Explanation:
+    problem: Problem
+    options: tuple[GpuOption, ...]
+    best: SweepRow | None
+    relaxations: tuple[Relaxation, ...]
+    repairs: tuple[Repair, ...]  # only for an infeasible problem
+    infeasible_reason: str = ""
+
+
+def _row(problem: Problem, catalog: Catalog, table: PlanTable, backend: str, limit: float) -> SweepRow:
+    return solve_point(problem, catalog, table, 0, (), backend, limit)
+
+
+def _better(problem: Problem, a: SweepRow, b: SweepRow) -> bool:
+    """a's solver objective beats b's by more than the MIP gap."""
+    if not a.feasible or not b.feasible:
+        return a.feasible and not b.feasible
+    tol = max(problem.solver.mip_gap, 1e-9) * 2
+    if problem.objective == "min_time":
+        return a.objective > b.objective * (1 + tol)  # type: ignore[operator]
+    return a.objective < b.objective * (1 - tol) - 1e-6  # type: ignore[operator]
+
+
+def gpu_options(problem: Problem, catalog: Catalog, table: PlanTable, backend: str, limit: float,
+                best_gpu: str) -> list[GpuOption]:
+    """Every catalog GPU: the optimum over its candidates alone (equal to a solve with only that
+    GPU allowed), or the reason it is out: the problem's hardware list, licence, precision,
+    memory, power or budget at the smallest purchase, or what a cluster of it alone would need."""
+    options = []
+    for gpu in sorted(catalog.gpus):
+        if gpu not in problem.gpus:
+            options.append(GpuOption(gpu, "out", "not allowed by the problem's hardware.allow_gpus/exclude_gpus"))
+            continue
+        if gpu in table.gpu_reasons:
+            options.append(GpuOption(gpu, "out", table.gpu_reasons[gpu]))
+            continue
+        only = restrict(table, gpu)
+        if not only.candidates and not only.serving:
+            options.append(GpuOption(gpu, "out", "no candidate plan"))
+            continue
+        alone = replace(problem, gpus=(gpu,))
+        row = _row(alone, catalog, only, backend, limit)
+        if row.feasible:
+            options.append(GpuOption(gpu, "optimum" if gpu == best_gpu else "feasible", row=row))
+        else:
+            fixes = repairs(alone, catalog, only, backend, limit)
+            why = "; ".join(r.describe(alone) for r in fixes) or "no single relaxation makes it feasible"
+            options.append(GpuOption(gpu, "out", f"no cluster of it alone meets the targets. {why}"))
+    speed = (lambda o: -o.row.tokens_per_s) if problem.objective == "min_time" else (lambda o: o.row.tco)
+    rank = {"optimum": 0, "feasible": 1, "out": 2}
+    return sorted(options, key=lambda o: (rank[o.outcome], speed(o) if o.row else 0.0, o.gpu))
+
+
+def relaxations(problem: Problem, catalog: Catalog, best: SweepRow, backend: str,
+                limit: float) -> list[Relaxation]:
+    """Budget, power cap and deadline, each relaxed by STEP over one table enumerated at the
+    relaxed limits (so every comparison is between solves over the same plans)."""
+    wide = replace(problem, budget_usd=problem.budget_usd and problem.budget_usd * (1 + STEP),
+                   power_cap_w=problem.power_cap_w and problem.power_cap_w * (1 + STEP))
+    table = enumerate_candidates(wide, catalog)
+    base = _row(problem, catalog, table, backend, limit)
+    out = []
+    spend = best.tco if problem.budget_covers == "tco" else best.capex
+    for name, field, current, slack in (
+            ("budget", "budget_usd", problem.budget_usd, (problem.budget_usd or 0) - spend),
+            ("power", "power_cap_w", problem.power_cap_w, (problem.power_cap_w or 0) - best.power_kw * 1e3),
+            ("deadline", "deadline_s", problem.deadline_s if problem.kind == "train" else None,
+             (problem.deadline_s or 0) - (best.days or 0) * 86400)):
+        if current is None:
+            continue
+        relaxed = replace(problem, **{field: current * (1 + STEP)})
+        row = _row(relaxed, catalog, table, backend, limit)
+        out.append(Relaxation(name, current, slack, current * (1 + STEP), _better(problem, row, base), row))
+    return out
+
+
+def explain(problem: Problem, catalog: Catalog, backend: str | None = None,
+            time_limit_s: float | None = None) -> Explanation:
+    backend = backend or problem.solver.backend
+    limit = time_limit_s or problem.solver.time_limit_s
+    table = enumerate_candidates(problem, catalog)
+    best = _row(problem, catalog, table, backend, limit) if table.candidates or table.serving else None
+    if best is None or not best.feasible:
+        options = gpu_options(problem, catalog, table, backend, limit, "")
+        fixes = repairs(problem, catalog, table, backend, limit) if best is not None else []
+        why = (f"no cluster meets every target of '{problem.name}'" if best is not None
+               else f"no GPU in the catalog can run {problem.model_id} under this problem's limits")
+        return Explanation(problem, tuple(options), None, (), tuple(fixes), why)
+    options = gpu_options(problem, catalog, table, backend, limit, best.gpu)  # a serving mix names no one GPU
+    return Explanation(problem, tuple(options), best, tuple(relaxations(problem, catalog, best, backend, limit)), ())
+
+
+def _limit_text(limit: str, value: float) -> str:
+    return {"budget": f"${value:,.0f}", "power": f"{value / 1e3:,.1f} kW",
+            "deadline": f"{value / 86400:,.1f} days"}[limit]
+
+
+def _outcome_text(problem: Problem, row: SweepRow) -> str:
+    if problem.kind == "serve":
+        return f"TCO ${row.tco:,.0f}, capex ${row.capex:,.0f}, {row.power_kw:,.1f} kW"
+    return f"{row.days:,.1f} days, capex ${row.capex:,.0f}, TCO ${row.tco:,.0f}, {row.power_kw:,.1f} kW"
+
+
+def _effect(problem: Problem, best: SweepRow, r: Relaxation) -> str:
+    if r.row is None or not r.row.feasible or not r.binding:
+        return "no gain: not binding"
+    if problem.objective == "min_time":
+        saved = (best.days or 0) - (r.row.days or 0)
+        return f"{r.row.days:,.1f} days (saves {saved:,.1f} days) with {r.row.gpus} x {r.row.gpu}"
+    return f"TCO ${r.row.tco:,.0f} (saves ${best.tco - r.row.tco:,.0f}) with {r.row.gpus} x {r.row.gpu}"
+
+
+def render_text(e: Explanation) -> str:
+    p = e.problem
+    lines = [f"gpuopt explain: {p.name}"]
+    if e.best is not None:
+        lines.append(f"Optimum: {e.best.gpus} x {e.best.gpu} ({e.best.plan}): {_outcome_text(p, e.best)}.")
+    else:
+        lines.append(f"Infeasible: {e.infeasible_reason}")
+    lines += ["", "Best plan on each GPU type alone (the optimum first):"]
+    width = max(len(o.gpu) for o in e.options)
+    for o in e.options:
+        if o.row is not None:
+            mark = "  <- optimum" if o.outcome == "optimum" else ""
+            servers = f"{o.row.servers} server{'s' if o.row.servers != 1 else ''}"
+            lines.append(f"  {o.gpu:<{width}}  {o.row.gpus} GPUs in {servers} ({o.row.plan}): "
+                         f"{_outcome_text(p, o.row)}{mark}")
+        else:
+            lines.append(f"  {o.gpu:<{width}}  out: {o.reason}")
+    if e.relaxations and e.best is not None:
+        lines += ["", f"Limits at the optimum, each relaxed by {STEP:.0%}:"]
+        for r in e.relaxations:
+            unit_slack = _limit_text(r.limit, abs(r.slack))
+            slack = f"{unit_slack} {'unused' if r.limit != 'deadline' else 'to spare'}" if r.slack > 0 else "none left"
+            lines.append(f"  {r.limit} {_limit_text(r.limit, r.current)} (slack: {slack}): "
+                         f"+{_limit_text(r.limit, r.relaxed_to - r.current)} -> {_effect(p, e.best, r)}")
+    if e.repairs:
+        lines += ["", "Smallest single change that makes it feasible:"]
+        lines += [f"  {r.describe(p)}" for r in e.repairs]
+    elif e.best is None:
+        lines += ["", "No single change of budget, power or deadline makes it feasible: allow more GPU types, "
+                  "more GPUs (hardware.max_gpus) or a larger global batch."]
+    return "\n".join(lines) + "\n"
+
+
+def to_json(e: Explanation) -> dict[str, Any]:
+    def row(r: SweepRow | None) -> dict[str, Any] | None:
+        if r is None or not r.feasible:
+            return None
+        return {"gpu": r.gpu, "gpus": r.gpus, "servers": r.servers, "network": r.network, "plan": r.plan,
+                "days": r.days, "tokens_per_s": r.tokens_per_s, "capex_usd": r.capex, "tco_usd": r.tco,
+                "power_kw": r.power_kw, "status": r.status, "gap": r.gap}
+
+    return {
+        "problem": e.problem.name,
+        "feasible": e.best is not None,
+        "optimum": row(e.best),
+        "infeasible_reason": e.infeasible_reason or None,
+        "gpus": [{"gpu": o.gpu, "outcome": o.outcome, "reason": o.reason or None, "best": row(o.row)}
+                 for o in e.options],
+        "relaxations": [{"limit": r.limit, "current": r.current, "slack": r.slack, "relaxed_to": r.relaxed_to,
+                         "binding": r.binding, "optimum_relaxed": row(r.row)} for r in e.relaxations],
+        "repairs": [{"limit": r.limit, "current": r.current, "needed": r.needed, "text": r.describe(e.problem)}
+                    for r in e.repairs],
+        "units": {"budget": "USD", "power": "W", "deadline": "s"},
+    }
+
