@@ -136,3 +136,37 @@ def explain(problem_file: Path, fmt: str, solver: str | None, time_limit: float 
     click.echo(json.dumps(to_json(result), indent=2) if fmt == "json" else render_text(result), nl=fmt == "json")
     if result.best is None:
         sys.exit(1)
+
+
+@click.command()
+@click.option("--model", "model_ref", required=True, help="Preset id (llama2-7b, …) or a YAML file with the shape.")
+@click.option("--workload", type=click.Choice(["train", "serve", "both"]), default="both", show_default=True)
+@click.option("--gpus", type=click.IntRange(min=1, max=100_000), default=64, show_default=True,
+              help="Reference training cluster size.")
+@click.option("--input-len", type=click.IntRange(min=1), default=512, show_default=True)
+@click.option("--output-len", type=click.IntRange(min=1), default=256, show_default=True)
+@click.option("--tpot-ms", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Serving latency limit per output token (default: none, throughput only).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@catalog_option
+@handle_errors
+def compare(model_ref: str, workload: str, gpus: int, input_len: int, output_len: int, tpot_ms: float | None,
+            fmt: str, catalog_dir: Path | None) -> None:
+    """Every GPU side by side for one model: training tokens/s per GPU and per dollar, serving
+    output tokens per dollar, and the least GPUs that hold the model, from gpuopt's own model.
+
+    \b
+    Examples:
+      gpuopt compare --model llama2-7b
+      gpuopt compare --model llama2-70b --workload serve --tpot-ms 50
+    """
+    from optimizer.compare import compare as run_compare
+    from optimizer.compare import render_text, to_records
+
+    catalog = load_catalog(catalog_dir)
+    problem, rows = run_compare(catalog, model_ref, workload, gpus, input_len, output_len, tpot_ms)
+    if fmt == "json":
+        click.echo(json.dumps({"model": problem.model_id, "workload": workload, "reference_gpus": gpus,
+                               "gpus": to_records(problem, rows, gpus)}, indent=2))
+    else:
+        click.echo(render_text(problem, rows, workload, gpus, input_len, output_len), nl=False)

@@ -298,7 +298,11 @@ def resolve_model(ref: str | InlineModel, catalog: Catalog, path: Path, field: s
 def load_problem(path: Path | str, catalog: Catalog) -> Problem:
     """Read and validate a problem file against ``catalog``."""
     path = Path(path)
-    data = read_yaml(path, ProblemError)
+    return problem_from_data(read_yaml(path, ProblemError), path, catalog)
+
+
+def problem_from_data(data: dict, path: Path, catalog: Catalog) -> Problem:
+    """Validate a problem given as a mapping (as read from YAML); ``path`` names it in messages."""
     if data.get("schema_version") != SCHEMA_VERSION:
         raise ProblemError(f"{path}: schema_version is {data.get('schema_version')!r}; this gpuopt reads "
                            f"{SCHEMA_VERSION}. To fix: add 'schema_version: 1' at the top.")
