@@ -453,7 +453,7 @@ def catalog_validate(catalog_dir: Path | None) -> None:
         click.echo(f"GPU prices that are assumptions (get a quote): {', '.join(assumed)}")
 
 
-from optimizer.cli_tradeoffs import compare, explain, sweep  # noqa: E402  (the trade-off commands live in their own module)
+from optimizer.cli_tradeoffs import compare, explain, report_cmd, sweep  # noqa: E402  (the trade-off commands live in their own module)
 
-for command in (sweep, explain, compare):
+for command in (sweep, explain, compare, report_cmd):
     main.add_command(command)

@@ -170,3 +170,49 @@ def compare(model_ref: str, workload: str, gpus: int, input_len: int, output_len
                                "gpus": to_records(problem, rows, gpus)}, indent=2))
     else:
         click.echo(render_text(problem, rows, workload, gpus, input_len, output_len), nl=False)
+
+
+@click.command("report")
+@click.argument("problem_file", type=click.Path(path_type=Path))
+@click.option("-o", "--output", "output", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="The HTML file to write.")
+@click.option("--sweep-points", type=click.IntRange(min=0, max=200), default=8, show_default=True,
+              help="Points of the trade-off sweep (budget, deadline or demand, x0.25-x2); 0 leaves it out.")
+@click.option("--workers", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Processes for the sweep (0: one per core).")
+@solver_option
+@time_limit_option
+@catalog_option
+@handle_errors
+def report_cmd(problem_file: Path, output: Path, sweep_points: int, workers: int, solver: str | None,
+               time_limit: float | None, catalog_dir: Path | None) -> None:
+    """Write one self-contained HTML report for PROBLEM_FILE: the recommendation, the bill of
+    materials, the cost breakdown, a trade-off sweep with its chart, and every GPU on its own.
+
+    \b
+    Example:
+      gpuopt report problems/lab_budget.yaml -o report.html
+    """
+    from optimizer.explain import explain as run_explain
+    from optimizer.html import render_html
+    from optimizer.plots import sweep_png
+    from optimizer.problem import load_problem
+    from optimizer.recommend import recommend
+    from optimizer.report import summary
+    from optimizer.sweep import default_axis, run_sweep
+
+    if output.suffix.lower() not in (".html", ".htm"):
+        raise ProblemError(f"-o {output}: the report is HTML. To fix: name it {output.with_suffix('.html')}.")
+    catalog = load_catalog(catalog_dir)
+    problem = load_problem(problem_file, catalog)
+    rec = recommend(problem, catalog, solver, time_limit)
+    click.echo("solved; explaining every GPU type", err=True)
+    explanation = run_explain(problem, catalog, solver, time_limit)
+    result = png = None
+    if sweep_points:
+        click.echo(f"sweeping {sweep_points} points", err=True)
+        result = run_sweep(problem, catalog, [default_axis(problem, sweep_points)], solver or problem.solver.backend,
+                           time_limit or problem.solver.time_limit_s, workers or os.cpu_count() or 1)
+        png = sweep_png(result)
+    output.write_text(render_html(summary(rec, catalog), result, png, explanation), encoding="utf-8")
+    click.echo(f"report written to {output}", err=True)

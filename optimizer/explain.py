@@ -154,6 +154,17 @@ def _effect(problem: Problem, best: SweepRow, r: Relaxation) -> str:
     return f"TCO ${r.row.tco:,.0f} (saves ${best.tco - r.row.tco:,.0f}) with {r.row.gpus} x {r.row.gpu}"
 
 
+def relaxation_lines(e: Explanation) -> list[str]:
+    """One line per limit: its slack at the optimum and what relaxing it by STEP is worth."""
+    lines = []
+    for r in e.relaxations if e.best is not None else ():
+        unit_slack = _limit_text(r.limit, abs(r.slack))
+        slack = f"{unit_slack} {'unused' if r.limit != 'deadline' else 'to spare'}" if r.slack > 0 else "none left"
+        lines.append(f"{r.limit} {_limit_text(r.limit, r.current)} (slack: {slack}): "
+                     f"+{_limit_text(r.limit, r.relaxed_to - r.current)} -> {_effect(e.problem, e.best, r)}")
+    return lines
+
+
 def render_text(e: Explanation) -> str:
     p = e.problem
     lines = [f"gpuopt explain: {p.name}"]
@@ -173,11 +184,7 @@ def render_text(e: Explanation) -> str:
             lines.append(f"  {o.gpu:<{width}}  out: {o.reason}")
     if e.relaxations and e.best is not None:
         lines += ["", f"Limits at the optimum, each relaxed by {STEP:.0%}:"]
-        for r in e.relaxations:
-            unit_slack = _limit_text(r.limit, abs(r.slack))
-            slack = f"{unit_slack} {'unused' if r.limit != 'deadline' else 'to spare'}" if r.slack > 0 else "none left"
-            lines.append(f"  {r.limit} {_limit_text(r.limit, r.current)} (slack: {slack}): "
-                         f"+{_limit_text(r.limit, r.relaxed_to - r.current)} -> {_effect(p, e.best, r)}")
+        lines += [f"  {line}" for line in relaxation_lines(e)]
     if e.repairs:
         lines += ["", "Smallest single change that makes it feasible:"]
         lines += [f"  {r.describe(p)}" for r in e.repairs]

@@ -419,3 +419,19 @@ def render_text(result: SweepResult) -> str:
         lines.append("Monotonicity checked: relaxing any axis never made the optimum worse.")
     return "\n".join(lines) + "\n"
 
+
+
+def default_axis(problem: Problem, points: int) -> Axis:
+    """The trade-off a report shows: budget (or power cap) for the fastest-within-budget problems,
+    the deadline for cheapest-by-a-deadline ones, the demand for serving; a quarter (a half for
+    deadlines) to twice the problem's own value."""
+    def span(value: float, low: float) -> tuple[float, ...]:
+        return parse_values("sweep", f"{value * low}:{value * 2}:{points}", float)
+
+    if problem.kind == "serve":
+        return Axis("demand", span(problem.total_demand, 0.25))
+    if problem.objective == "min_cost" and problem.deadline_s is not None:
+        return Axis("deadline", span(problem.deadline_s / 86400, 0.5))
+    if problem.budget_usd is not None:
+        return Axis("budget", span(problem.budget_usd, 0.25))
+    return Axis("power", span((problem.power_cap_w or 0) / 1e3, 0.25))
