@@ -126,7 +126,7 @@ def explain(problem: Problem, catalog: Catalog, backend: str | None = None,
     best = _row(problem, catalog, table, backend, limit) if table.candidates or table.serving else None
     if best is None or not best.feasible:
         options = gpu_options(problem, catalog, table, backend, limit, "")
-        fixes = repairs(problem, catalog, table, backend, limit) if best is not None else []
+        fixes = repairs(problem, catalog, table, backend, limit)  # re-enumerates: works with no plan too
         why = (f"no cluster meets every target of '{problem.name}'" if best is not None
                else f"no GPU in the catalog can run {problem.model_id} under this problem's limits")
         return Explanation(problem, tuple(options), None, (), tuple(fixes), why)

@@ -101,7 +101,8 @@ def _sweep(result: SweepResult, png: bytes) -> str:
             f"candidate plans. {escape(check)}</p>"
             f'<img alt="sweep chart" src="data:image/png;base64,{data}">'
             f"<h3>Pareto frontier ({escape(result.cost_name)} against {'capacity' if serve else 'time'})</h3>"
-            + _table([", ".join(a.column for a in result.axes), "gpu", "gpus", "plan", "output tokens/s" if serve else "days", result.cost_name],
+            + _table([", ".join(a.column for a in result.axes), "gpu", "gpus", "plan",
+                      "output tokens/s" if serve else "days", result.cost_name],
                      rows, {2, 4, 5}))
 
 

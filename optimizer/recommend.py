@@ -200,22 +200,43 @@ def repairs(problem: Problem, catalog: Catalog, table: PlanTable, backend: str, 
         capex_only = problem.budget_covers == "capex"
         relaxed = replace(targets, budget_usd=None, objective="min_cost",
                           opex_usd_per_w=0.0 if capex_only else targets.opex_usd_per_w)
-        s = _solve_if_any(enumerate_candidates(replace(problem, budget_usd=None), catalog), relaxed, backend,
-                          limit, problem)
-        if s is not None:
-            out.append(Repair("budget", problem.budget_usd, math.ceil(s.capex if capex_only else s.tco)))
+        needed = _least(problem, catalog, "budget_usd", relaxed, backend, limit,
+                        lambda s: math.ceil(s.capex if capex_only else s.tco))
+        if needed is not None:
+            out.append(Repair("budget", problem.budget_usd, needed))
     if problem.power_cap_w is not None:
         relaxed = replace(targets, power_cap_w=None, objective="min_power")
-        s = _solve_if_any(enumerate_candidates(replace(problem, power_cap_w=None), catalog), relaxed, backend,
-                          limit, problem)
-        if s is not None:
-            out.append(Repair("power", problem.power_cap_w, math.ceil(s.power_w / 10) * 10.0))
+        needed = _least(problem, catalog, "power_cap_w", relaxed, backend, limit,
+                        lambda s: math.ceil(s.power_w / 10) * 10.0)
+        if needed is not None:
+            out.append(Repair("power", problem.power_cap_w, needed))
     if problem.deadline_s is not None and problem.kind == "train":
         s = _solve_if_any(table, replace(targets, deadline_s=None, objective="min_time"), backend, limit, problem)
         if s is not None and s.tokens_per_s > 0:
             days = math.ceil(problem.tokens / s.tokens_per_s / 864) / 100
             out.append(Repair("deadline", problem.deadline_s, days * 86400))
     return out
+
+
+def _least(problem: Problem, catalog: Catalog, field: str, relaxed: Targets, backend: str, limit: float,
+           measure) -> float | None:
+    """The least value of a limit (budget or power cap) at which the problem is feasible.
+
+    A first solve without the limit gives a value v; but plans enumerated under a limit v are
+    less conservative than without it (their data-parallel bands end at fewer GPUs), so a
+    smaller value may already work: re-solve over the table enumerated at v until it is stable.
+    """
+    value: float | None = None
+    for _ in range(6):
+        table = enumerate_candidates(replace(problem, **{field: value}), catalog)
+        s = _solve_if_any(table, relaxed, backend, limit, problem)
+        if s is None:
+            return value
+        fresh = float(measure(s))
+        if value is not None and fresh >= value:
+            return value
+        value = fresh
+    return value
 
 
 def feasibility_hints(problem: Problem, catalog: Catalog, table: PlanTable, backend: str, limit: float,
