@@ -169,35 +169,32 @@ def to_records(problem: Problem, rows: list[GpuComparison], gpus: int) -> list[d
     return out
 
 
+def _ranked(rows: list[GpuComparison], figure, reason, rank, cells) -> list[str]:
+    """One line per GPU, best ``rank`` first; a GPU without a figure shows its reason."""
+    out = []
+    for r in sorted(rows, key=lambda r: (-rank(figure(r)) if figure(r) else 0.0, r.gpu)):
+        head = f"  {r.gpu + (' ' if r.datacenter_ok else '*'):<16}{r.memory_gb:>7,.0f}"
+        out.append(head + (cells(figure(r)) if figure(r) else f"  {reason(r)}"))
+    return out
+
+
 def render_text(problem: Problem, rows: list[GpuComparison], workload: str, gpus: int, input_len: int,
                 output_len: int) -> str:
     lines = [f"gpuopt compare: {problem.model_id}, every GPU in the catalog (prices as listed; * = GeForce "
              "licence forbids data centres)"]
     if workload != "serve":
-        lines += ["", f"Training on {gpus} GPUs (fastest plan; tokens/s per $1k of GPUs, servers and network):"]
-        ranked = sorted(rows, key=lambda r: (-(r.train.tokens_per_s / r.train.capex) if r.train else 0, r.gpu))
-        lines.append(f"  {'gpu':<16}{'mem GB':>7}{'tok/s/GPU':>11}{'MFU':>7}{'tok/s per $1k':>15}{'fits from':>11}"
-                     "  plan")
-        for r in ranked:
-            star = "*" if not r.datacenter_ok else " "
-            if r.train is None:
-                lines.append(f"  {r.gpu + star:<16}{r.memory_gb:>7,.0f}  {r.train_reason}")
-                continue
-            t = r.train
-            lines.append(f"  {r.gpu + star:<16}{r.memory_gb:>7,.0f}{t.per_gpu(gpus):>11,.0f}{t.mfu:>7.0%}"
-                         f"{t.tokens_per_s / t.capex * 1e3:>15,.2f}{t.min_gpus:>11}  {t.plan} in {t.server}"
-                         f"{', ' + t.network if t.network != '-' else ''}")
+        lines += ["", f"Training on {gpus} GPUs (fastest plan; tokens/s per $1k of GPUs, servers and network):",
+                  f"  {'gpu':<16}{'mem GB':>7}{'tok/s/GPU':>11}{'MFU':>7}{'tok/s per $1k':>15}{'fits from':>11}  plan"]
+        lines += _ranked(rows, lambda r: r.train, lambda r: r.train_reason, lambda t: t.tokens_per_s / t.capex,
+                         lambda t: f"{t.per_gpu(gpus):>11,.0f}{t.mfu:>7.0%}{t.tokens_per_s / t.capex * 1e3:>15,.2f}"
+                                   f"{t.min_gpus:>11}  {t.plan} in {t.server}"
+                                   f"{', ' + t.network if t.network != '-' else ''}")
     if workload != "train":
         lines += ["", f"Serving {input_len} in / {output_len} out, flat out (output tokens per $ of TCO over "
-                  f"{problem.horizon_years:g} years, electricity at ${problem.electricity_usd_per_kwh:g}/kWh):"]
-        ranked = sorted(rows, key=lambda r: (-(r.serve.tokens_per_usd) if r.serve else 0, r.gpu))
-        lines.append(f"  {'gpu':<16}{'mem GB':>7}{'tok/s/GPU':>11}{'M tok per $':>13}{'fits on':>9}  replica")
-        for r in ranked:
-            star = "*" if not r.datacenter_ok else " "
-            if r.serve is None:
-                lines.append(f"  {r.gpu + star:<16}{r.memory_gb:>7,.0f}  {r.serve_reason}")
-                continue
-            s = r.serve
-            lines.append(f"  {r.gpu + star:<16}{r.memory_gb:>7,.0f}{s.output_tokens_per_s / s.gpus:>11,.0f}"
-                         f"{s.tokens_per_usd * seconds(problem) / 1e6:>13,.2f}{s.min_gpus:>9}  {s.plan} in {s.server}")
+                  f"{problem.horizon_years:g} years, electricity at ${problem.electricity_usd_per_kwh:g}/kWh):",
+                  f"  {'gpu':<16}{'mem GB':>7}{'tok/s/GPU':>11}{'M tok per $':>13}{'fits on':>9}  replica"]
+        lines += _ranked(rows, lambda r: r.serve, lambda r: r.serve_reason, lambda f: f.tokens_per_usd,
+                         lambda f: f"{f.output_tokens_per_s / f.gpus:>11,.0f}"
+                                   f"{f.tokens_per_usd * seconds(problem) / 1e6:>13,.2f}{f.min_gpus:>9}"
+                                   f"  {f.plan} in {f.server}")
     return "\n".join(lines) + "\n"
