@@ -1,7 +1,8 @@
 """The ``gpuopt`` command: thin click commands over the stages.
 
-This is the only place exceptions become messages and exit codes:
-0 success, 1 infeasible, 2 bad input (and solver failures).
+Exceptions become messages and exit codes only in ``cli_common.handle_errors``, which every
+command here and in ``cli_tradeoffs`` wears: 0 success, 1 infeasible, 2 bad input (and solver
+failures).
 """
 
 from __future__ import annotations

@@ -30,6 +30,11 @@ def handle_errors(fn):
             kind = {CatalogError: "catalog error", ProblemError: "problem error"}.get(type(exc), "error")
             click.echo(f"{kind}: {exc}", err=True)
             sys.exit(EXIT_BAD_INPUT)
+        except OSError as exc:  # an output file (--csv, --plot, --bom, -o) that cannot be written
+            where = exc.filename or "a file"
+            click.echo(f"error: cannot write {where}: {exc.strerror or exc}. To fix: check that its folder "
+                       "exists and is writable.", err=True)
+            sys.exit(EXIT_BAD_INPUT)
 
     return wrapper
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -69,9 +70,7 @@ def sweep(problem_file: Path, budget: str | None, deadline: str | None, tokens: 
     catalog = load_catalog(catalog_dir)
     problem = load_problem(problem_file, catalog)
     axes = parse_axes(problem, catalog, budget, deadline, tokens, power, demand, prices)
-    points = 1
-    for a in axes:
-        points *= len(a.values)
+    points = math.prod(len(a.values) for a in axes)
     if points > 10_000:
         raise ProblemError(f"the grid has {points:,} points. To fix: use fewer values per axis (at most 10,000 "
                            "points in all).")
@@ -207,7 +206,7 @@ def report_cmd(problem_file: Path, output: Path, sweep_points: int, workers: int
     problem = load_problem(problem_file, catalog)
     rec = recommend(problem, catalog, solver, time_limit)
     click.echo("solved; explaining every GPU type", err=True)
-    explanation = run_explain(problem, catalog, solver, time_limit)
+    explanation = run_explain(problem, catalog, solver, time_limit, rec.table)
     result = png = None
     if sweep_points:
         click.echo(f"sweeping {sweep_points} points", err=True)

@@ -17,7 +17,7 @@ from optimizer.catalog import Catalog
 from optimizer.milp import group_costs, purchase
 from optimizer.perf.train import train_step
 from optimizer.plans import enumerate_candidates, licence_reason
-from optimizer.problem import Problem, problem_from_data
+from optimizer.problem import Problem, problem_from_data, resolve_model
 from optimizer.recommend import HOURS_PER_YEAR, opex_per_watt
 
 
@@ -65,6 +65,8 @@ class GpuComparison:
 def _problem(catalog: Catalog, model: str, kind: str, gpus: int, input_len: int, output_len: int,
              tpot_ms: float | None) -> Problem:
     """A synthetic problem that lets every GPU in (licence is reported, not enforced)."""
+    where = Path("gpuopt compare")  # messages name the option; a model file is read relative to the cwd
+    resolve_model(model, catalog, where, "--model")
     data: dict[str, Any] = {"schema_version": 1, "name": f"compare-{kind}", "objective": "min_cost",
                             "site": {"datacenter": False}, "hardware": {"max_gpus": gpus}}
     if kind == "train":
@@ -74,7 +76,7 @@ def _problem(catalog: Catalog, model: str, kind: str, gpus: int, input_len: int,
         if tpot_ms is not None:
             cls["tpot_ms"] = tpot_ms
         data.update(workload={"kind": "serve", "model": model, "classes": [cls]})
-    return problem_from_data(data, Path.cwd() / "compare", catalog)
+    return problem_from_data(data, where, catalog)
 
 
 def _train_figures(problem: Problem, catalog: Catalog, gpus: int) -> tuple[dict[str, TrainFigure], dict[str, str]]:

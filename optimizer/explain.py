@@ -119,10 +119,11 @@ def relaxations(problem: Problem, catalog: Catalog, best: SweepRow, backend: str
 
 
 def explain(problem: Problem, catalog: Catalog, backend: str | None = None,
-            time_limit_s: float | None = None) -> Explanation:
+            time_limit_s: float | None = None, table: PlanTable | None = None) -> Explanation:
+    """``table``: the problem's plans if the caller has them already (they are enumerated otherwise)."""
     backend = backend or problem.solver.backend
     limit = time_limit_s or problem.solver.time_limit_s
-    table = enumerate_candidates(problem, catalog)
+    table = table or enumerate_candidates(problem, catalog)
     best = _row(problem, catalog, table, backend, limit) if table.candidates or table.serving else None
     if best is None or not best.feasible:
         options = gpu_options(problem, catalog, table, backend, limit, "")

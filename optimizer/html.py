@@ -32,7 +32,7 @@ def _money(x: float) -> str:
     return f"${x:,.0f}"
 
 
-def _table(head: list[str], rows: list[list[str]], numeric: set[int] = frozenset(),  # type: ignore[assignment]
+def _table(head: list[str], rows: list[list[str]], numeric: frozenset[int] | set[int] = frozenset(),
            classes: list[str] | None = None) -> str:
     out = ["<table><thead><tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr></thead><tbody>"]
     for i, row in enumerate(rows):

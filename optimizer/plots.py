@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from optimizer.sweep import COST_CATEGORIES, SweepResult
+from optimizer.sweep import COST_CATEGORIES, SweepResult, SweepRow
 
 COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22", "#17becf")
@@ -70,8 +70,8 @@ def sweep_png(result: SweepResult) -> bytes:
     return out.getvalue()
 
 
-def _speed(row, serve: bool) -> float:
-    return row.tokens_per_s if serve else row.days
+def _speed(row: SweepRow, serve: bool) -> float:
+    return row.tokens_per_s if serve else (row.days or 0.0)
 
 
 def _label(result: SweepResult, values: tuple[float, ...]) -> str:

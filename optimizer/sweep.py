@@ -56,7 +56,7 @@ class Axis:
     def show(self, value: float) -> str:
         if self.name == "price":
             return f"{value:+g}%" if self.relative else f"${value:,.0f}"
-        if self.name in ("budget",):
+        if self.name == "budget":
             return f"${value:,.0f}"
         return f"{value:,.6g}"
 

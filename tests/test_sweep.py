@@ -156,3 +156,12 @@ def test_cli_sweep_bad_input_exits_2(tiny_problem):
                        (["--price", "nosuch=-10%"], "no GPU, server, NIC or switch")):
         r = CliRunner().invoke(main, ["sweep", str(tiny_problem), *args])
         assert r.exit_code == 2 and text in r.output and "Traceback" not in r.output, (args, r.output)
+
+
+def test_unwritable_outputs_exit_2_without_a_traceback(tmp_path, tiny_problem):
+    missing = tmp_path / "no" / "such"
+    for args in (["sweep", str(tiny_problem), "--deadline", "10", "--workers", "1", "--csv", str(missing / "s.csv")],
+                 ["sweep", str(tiny_problem), "--deadline", "10", "--workers", "1", "--plot", str(missing / "s.png")],
+                 ["solve", str(tiny_problem), "--bom", str(missing / "bom.csv")]):
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 2 and "cannot write" in r.output and "Traceback" not in r.output, r.output
