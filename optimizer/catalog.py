@@ -8,7 +8,7 @@ GPU in a server on a fabric to the SI ``perf.Hardware`` the performance model us
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -31,6 +31,7 @@ class Price(Record):
     date: str
     source: str
     assumption: bool = False
+    override: bool = False  # set by a price book or --price, not read from a catalog file
 
 
 class Sourced(Record):
@@ -90,6 +91,8 @@ class Server(Record):
     price: Price
     base_power_w: float = Field(ge=0, le=100_000)
     power_source: str
+    rack_units: int = Field(ge=1, le=60)
+    rack_units_source: str
 
 
 class LinkType(Record):
@@ -179,12 +182,23 @@ class Pue(Record):
     other: Sourced
 
 
+class RackFacts(Record):
+    units: Sourced  # rack height in U
+    usd: Sourced  # one rack, with PDUs and installation
+    kw_air: Sourced  # IT power one air-cooled rack takes
+    kw_liquid: Sourced
+    floor_m2: Sourced  # floor area one rack needs, with its share of aisles
+
+
 class Facility(Record):
     schema_version: int
     electricity_usd_per_kwh: Sourced
     pue: Pue
     amortisation_years: Sourced
     load_factor: Sourced
+    maintenance_per_year: Sourced  # fraction of the hardware's catalog value per year
+    colocation_usd_per_kw_month: Sourced
+    racks: RackFacts
 
     @model_validator(mode="after")
     def _plausible(self) -> Facility:
@@ -195,7 +209,42 @@ class Facility(Record):
             raise ValueError(f"load_factor must be in (0, 1], got {self.load_factor.value}")
         if self.amortisation_years.value <= 0:
             raise ValueError("amortisation_years must be positive")
+        if self.maintenance_per_year.value > 1:
+            raise ValueError(f"maintenance_per_year is a fraction of capex, got {self.maintenance_per_year.value}")
+        if min(self.racks.units.value, self.racks.kw_air.value, self.racks.kw_liquid.value) <= 0:
+            raise ValueError("racks.units, racks.kw_air and racks.kw_liquid must be positive")
         return self
+
+
+class Region(Record):
+    """A procurement region whose export rules allow only some parts (for example mainland China)."""
+
+    id: str
+    name: str
+    allowed_gpus: tuple[str, ...]
+    date: str
+    source: str
+
+
+class Offer(Record):
+    """A cloud rental: GPUs of one type in instances shaped like a catalog server, on a fabric
+    (None: instances are not networked for training across them). ``price.usd`` is per GPU-hour."""
+
+    id: str
+    provider: str
+    name: str
+    gpu: str
+    server: str
+    fabric: str | None = None
+    gpus_per_instance: int = Field(ge=1, le=72)
+    term: Literal["on-demand", "1yr", "3yr"]
+    max_gpus: int | None = Field(default=None, ge=1)
+    price: Price
+
+    @property
+    def term_hours(self) -> float:
+        """Hours a committed term bills per GPU (0 for on-demand, billed by use)."""
+        return {"on-demand": 0.0, "1yr": 8766.0, "3yr": 3 * 8766.0}[self.term]
 
 
 class EfficiencyFile(Record):
@@ -288,6 +337,16 @@ class ModelFile(Record):
     models: tuple[ModelPreset, ...]
 
 
+class RegionFile(Record):
+    schema_version: int
+    regions: tuple[Region, ...]
+
+
+class CloudFile(Record):
+    schema_version: int
+    offers: tuple[Offer, ...]
+
+
 @dataclass(frozen=True)
 class Catalog:
     """Every catalog entry by id, cross-checked."""
@@ -304,6 +363,8 @@ class Catalog:
     facility: Facility
     efficiency: Efficiency
     uncertainty: UncertaintyFile | None = None
+    regions: dict[str, Region] = field(default_factory=dict)
+    offers: dict[str, Offer] = field(default_factory=dict)
 
     def band(self, kind: str) -> Band:
         """The residual band of a workload kind ('train' or 'serve')."""
@@ -351,7 +412,7 @@ class Catalog:
 
 def _bus_gbs(bus_id: str) -> float:
     """PCIe x16 bandwidth, both directions together (PCIe 3/4/5: 32/64/128 GB/s)."""
-    return {"pcie3": 32.0, "pcie4": 64.0, "pcie4-no-p2p": 64.0, "pcie5": 128.0}.get(bus_id, 64.0)
+    return {"pcie3": 32.0, "pcie4": 64.0, "pcie3-no-p2p": 32.0, "pcie4-no-p2p": 64.0, "pcie5": 128.0}.get(bus_id, 64.0)
 
 
 def default_root() -> Path:
@@ -390,6 +451,8 @@ def load_catalog(root: Path | None = None) -> Catalog:
     facility = _load(root, "facility.yaml", Facility)
     eff = _load(root, "efficiency.yaml", EfficiencyFile)
     bands = _load(root, "uncertainty.yaml", UncertaintyFile)
+    regions = _load(root, "regions.yaml", RegionFile)
+    cloud = _load(root, "cloud.yaml", CloudFile)
     cat = Catalog(
         root=root,
         prices_as_of=gpus_f.prices_as_of,  # type: ignore[attr-defined]
@@ -403,6 +466,8 @@ def load_catalog(root: Path | None = None) -> Catalog:
         facility=facility,  # type: ignore[arg-type]
         efficiency=eff.efficiency(),  # type: ignore[attr-defined]
         uncertainty=bands,  # type: ignore[arg-type]
+        regions=_index(root / "regions.yaml", "region", regions.regions),  # type: ignore[attr-defined]
+        offers=_index(root / "cloud.yaml", "offer", cloud.offers),  # type: ignore[attr-defined]
     )
     _check_references(cat)
     return resolve_same_as(cat)
@@ -449,9 +514,21 @@ def _check_references(cat: Catalog) -> None:
             raise CatalogError(f"{path}: fabric '{fabric.id}': without a nic it needs ports_per_server and port_gbps.")
         if fabric.nic is not None and fabric.nics_per_server < 1:
             raise CatalogError(f"{path}: fabric '{fabric.id}': field 'nics_per_server' must be at least 1.")
+    for region in cat.regions.values():
+        for g in region.allowed_gpus:
+            _ref(cat.root / "regions.yaml", f"region '{region.id}'", "allowed_gpus", g, cat.gpus)
+    for offer in cat.offers.values():
+        path, owner = cat.root / "cloud.yaml", f"offer '{offer.id}'"
+        _ref(path, owner, "gpu", offer.gpu, cat.gpus)
+        _ref(path, owner, "server", offer.server, cat.servers)
+        _ref(path, owner, "fabric", offer.fabric, cat.fabrics)
+        server = cat.servers[offer.server]
+        if offer.gpu not in server.accepts or offer.gpus_per_instance > server.slots:
+            raise CatalogError(f"{path}: {owner}: server '{offer.server}' does not hold {offer.gpus_per_instance} x "
+                               f"'{offer.gpu}'. To fix: name a server whose 'accepts' lists the GPU.")
 
 
-PRICED = ("gpus", "servers", "nics", "switches")  # the catalog tables whose entries carry a price
+PRICED = ("gpus", "servers", "nics", "switches", "offers")  # the catalog tables whose entries carry a price
 
 
 def priced_item(cat: Catalog, item_id: str) -> tuple[str, Record]:
@@ -460,15 +537,18 @@ def priced_item(cat: Catalog, item_id: str) -> tuple[str, Record]:
         if item_id in getattr(cat, table):
             return table, getattr(cat, table)[item_id]
     ids = [i for table in PRICED for i in getattr(cat, table)]
-    raise CatalogError(f"no GPU, server, NIC or switch '{item_id}' in the catalog.{suggest(item_id, ids)}"
+    raise CatalogError(f"no GPU, server, NIC, switch or cloud offer '{item_id}' in the catalog.{suggest(item_id, ids)}"
                        " To fix: use an id from 'gpuopt catalog list'.")
 
 
-def with_price(cat: Catalog, item_id: str, usd: float, note: str) -> Catalog:
+def with_price(cat: Catalog, item_id: str, usd: float, note: str, date: str | None = None) -> Catalog:
     """The catalog with one entry's price replaced (a quote, a discount or a what-if scenario);
     ``note`` says where the new figure comes from and is kept as its source."""
     table, item = priced_item(cat, item_id)
-    price = item.price.model_copy(update={"usd": usd, "source": note, "assumption": False})  # type: ignore[attr-defined]
+    update = {"usd": usd, "source": note, "assumption": False, "override": True}
+    if date is not None:
+        update["date"] = date
+    price = item.price.model_copy(update=update)  # type: ignore[attr-defined]
     entries = dict(getattr(cat, table))
     entries[item_id] = item.model_copy(update={"price": price})
     return replace(cat, **{table: entries})

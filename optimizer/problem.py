@@ -27,6 +27,16 @@ from pydantic import (
 from optimizer.catalog import Catalog
 from optimizer.errors import ProblemError, suggest
 from optimizer.perf.specs import ModelSpec
+from optimizer.procurement import (
+    Owned,
+    OwnedEntry,
+    PriceEntry,
+    PriceOverride,
+    ProcurementEntry,
+    RackLimits,
+    RacksEntry,
+    resolve_procurement,
+)
 from optimizer.validation import read_yaml, validate
 
 SCHEMA_VERSION = 1
@@ -155,6 +165,13 @@ class Site(Strict):
     power_cap_kw: float | None = Field(default=None, gt=0)
     electricity_usd_per_kwh: float | None = Field(default=None, gt=0, le=10)
     pue: float | None = Field(default=None, ge=1.0, le=3.0)
+    region: str | None = None  # an export-control region of catalogs/regions.yaml
+    colocation: bool = False  # pay a colocation rent per kW of IT load
+    colocation_usd_per_kw_month: float | None = Field(default=None, ge=0, le=10_000)
+    maintenance_per_year: float | None = Field(default=None, ge=0, le=1)
+    installation_usd_per_server: float = Field(default=0.0, ge=0)
+    racks: RacksEntry | None = None
+    floor_m2: float | None = Field(default=None, gt=0)
 
 
 class HardwareChoice(Strict):
@@ -163,6 +180,9 @@ class HardwareChoice(Strict):
     exclude_servers: tuple[str, ...] = ()
     exclude_fabrics: tuple[str, ...] = ()
     max_gpus: int = Field(default=4096, ge=1, le=1_000_000)
+    allow_vendors: tuple[str, ...] | None = None
+    exclude_vendors: tuple[str, ...] = ()
+    max_units: dict[str, int] = {}  # GPU or server id -> most units that can be bought
 
 
 class Cost(Strict):
@@ -217,6 +237,9 @@ class ProblemFile(Strict):
     search: Search = Search()
     solver: SolverOptions = SolverOptions()
     confidence: Literal[50, 75, 80, 90, 95] | None = None
+    inventory: tuple[OwnedEntry, ...] = ()
+    procurement: ProcurementEntry = ProcurementEntry()
+    prices: dict[str, float | str | PriceEntry] = {}
 
 
 @dataclass(frozen=True)
@@ -266,6 +289,25 @@ class Problem:
     serve_precisions: tuple[str, ...] = ()
     kv_precision: str = "fp16"
     confidence: int | None = None  # plan so targets hold with this probability (percent)
+    buy_gpus: tuple[str, ...] | None = None  # GPUs that may be bought (None: all of ``gpus``)
+    inventory: tuple[Owned, ...] = ()
+    offers: tuple[str, ...] = ()  # cloud offers that may be rented
+    max_units: tuple[tuple[str, int], ...] = ()  # (GPU or server id, most units bought)
+    maintenance_per_year: float = 0.0
+    colocation_usd_per_kw_month: float = 0.0
+    installation_usd_per_server: float = 0.0
+    racks: RackLimits | None = None
+    prices: tuple[PriceOverride, ...] = ()
+    region: str | None = None
+
+    def may_buy(self, gpu: str) -> bool:
+        return gpu in (self.buy_gpus if self.buy_gpus is not None else self.gpus)
+
+    def buy_cap(self, item: str) -> int | None:
+        """Most units of a GPU or server the problem may buy (None: no cap)."""
+        if item in self.gpus and not self.may_buy(item):
+            return 0
+        return dict(self.max_units).get(item)
 
     @property
     def total_demand(self) -> float:
@@ -344,6 +386,7 @@ def problem_from_data(data: dict, path: Path, catalog: Catalog) -> Problem:
         raise ProblemError(f"{path}: field 'hardware': the allow and exclude lists leave no GPU. "
                            "To fix: allow at least one GPU.")
 
+    extra = resolve_procurement(path, spec, gpus, catalog)
     fac = catalog.facility
     pue = spec.site.pue or (fac.pue.datacenter.value if spec.site.datacenter else fac.pue.other.value)
     return Problem(
@@ -367,7 +410,6 @@ def problem_from_data(data: dict, path: Path, catalog: Catalog) -> Problem:
         pue=pue,
         horizon_years=spec.cost.horizon_years or fac.amortisation_years.value,
         load_factor=fac.load_factor.value,
-        gpus=gpus,
         exclude_servers=hw.exclude_servers,
         exclude_fabrics=hw.exclude_fabrics,
         max_gpus=hw.max_gpus,
@@ -380,6 +422,7 @@ def problem_from_data(data: dict, path: Path, catalog: Catalog) -> Problem:
         serve_precisions=tuple(dict.fromkeys(w.precisions)) if serving else (),
         kv_precision=w.kv_precision if serving else "fp16",
         confidence=spec.confidence,
+        **extra,
     )
 
 

@@ -1,0 +1,263 @@
+"""How a problem may acquire hardware: buy, rent, or use what it owns; under which site limits
+(racks, floor, export region, vendors, availability) and at which prices (the price book).
+
+The problem file's ``inventory``, ``procurement``, ``prices``, ``site.racks`` and
+``hardware.max_units`` sections are validated here into frozen records the plan and MIP
+stages read; nothing here solves or prints.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from optimizer.catalog import Catalog, priced_item, with_price
+from optimizer.errors import CatalogError, ProblemError, suggest
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class OwnedEntry(_Strict):
+    """GPUs the site already has: loose cards, or cards in servers it already has."""
+
+    gpu: str
+    count: int = Field(ge=1, le=100_000)
+    server: str | None = None  # the server type they sit in (None: loose cards)
+    servers: int | None = Field(default=None, ge=1)  # how many of those servers (default: as few as hold them)
+    fabric: str | None = None  # the servers already carry this fabric's NICs
+
+
+class RacksEntry(_Strict):
+    count: int | None = Field(default=None, ge=1, le=100_000)  # racks the site has (None: buy as needed)
+    cooling: Literal["air", "liquid"] = "air"
+    kw_per_rack: float | None = Field(default=None, gt=0, le=1000)
+    units: int | None = Field(default=None, ge=1, le=60)
+    usd_per_rack: float | None = Field(default=None, ge=0)
+
+
+class ProcurementEntry(_Strict):
+    buy: bool = True
+    rent: bool = False
+    offers: tuple[str, ...] | None = None  # cloud offers allowed (None: every offer for an allowed GPU)
+
+
+class PriceEntry(_Strict):
+    usd: float | None = Field(default=None, ge=0)
+    change: str | None = None  # "-20%" relative to the catalog price
+    date: str | None = None
+    note: str = "problem file price book"
+
+
+@dataclass(frozen=True)
+class Owned:
+    """One inventory line, resolved: ``servers`` 0 for loose cards."""
+
+    gpu: str
+    count: int
+    server: str | None
+    servers: int
+    fabric: str | None
+
+    @property
+    def pool(self) -> str:
+        return f"owned:{self.gpu}:{self.server or 'loose'}"
+
+
+@dataclass(frozen=True)
+class RackLimits:
+    """The site's racks: how many exist (None: bought as needed), their power and height."""
+
+    count: int | None
+    kw: float
+    units: int
+    usd: float
+    floor_max: int | None  # most racks the floor takes, if a floor area is given
+
+    @property
+    def max_racks(self) -> int | None:
+        limits = [n for n in (self.count, self.floor_max) if n is not None]
+        return min(limits) if limits else None
+
+
+@dataclass(frozen=True)
+class PriceOverride:
+    item: str
+    usd: float
+    date: str
+    note: str
+
+
+def resolve_inventory(path: Path, entries: tuple[OwnedEntry, ...], catalog: Catalog) -> tuple[Owned, ...]:
+    """Check ids and fit; merge lines of the same GPU in the same server type."""
+    merged: dict[tuple[str, str | None], Owned] = {}
+    for i, e in enumerate(entries):
+        where = f"{path}: field 'inventory[{i}]'"
+        if e.gpu not in catalog.gpus:
+            raise ProblemError(f"{where}.gpu: unknown GPU '{e.gpu}'.{suggest(e.gpu, catalog.gpus)}"
+                               " To fix: use an id from 'gpuopt catalog list'.")
+        servers = 0
+        if e.server is not None:
+            if e.server not in catalog.servers:
+                raise ProblemError(f"{where}.server: unknown server '{e.server}'.{suggest(e.server, catalog.servers)}")
+            server = catalog.servers[e.server]
+            if e.gpu not in server.accepts:
+                fits = ", ".join(s.id for s in catalog.servers_for(e.gpu)) or "none"
+                raise ProblemError(f"{where}: server '{e.server}' does not take '{e.gpu}'. To fix: use one of {fits}.")
+            servers = e.servers or math.ceil(e.count / server.slots)
+            if servers * server.slots < e.count:
+                raise ProblemError(f"{where}: {servers} x {e.server} hold {servers * server.slots} GPUs, not {e.count}."
+                                   " To fix: raise 'servers'.")
+            if e.fabric is not None and e.fabric not in server.fabrics:
+                raise ProblemError(f"{where}.fabric: '{e.fabric}' is not a fabric of {e.server}. "
+                                   f"To fix: use one of {', '.join(server.fabrics) or 'none (omit it)'}.")
+        elif e.servers is not None or e.fabric is not None:
+            raise ProblemError(f"{where}: 'servers' and 'fabric' need the 'server' the cards sit in.")
+        key = (e.gpu, e.server)
+        old = merged.get(key)
+        if old is not None:
+            if old.fabric != e.fabric:
+                raise ProblemError(f"{where}: two lines of {e.gpu} in {e.server} name different fabrics.")
+            merged[key] = Owned(e.gpu, old.count + e.count, e.server, old.servers + servers, e.fabric)
+        else:
+            merged[key] = Owned(e.gpu, e.count, e.server, servers, e.fabric)
+    return tuple(merged[k] for k in sorted(merged, key=lambda k: (k[0], k[1] or "")))
+
+
+def resolve_offers(path: Path, proc: ProcurementEntry, catalog: Catalog, gpus: tuple[str, ...]) -> tuple[str, ...]:
+    """Cloud offers the problem may rent: the listed ones, or every offer for an allowed GPU."""
+    if not proc.rent:
+        if proc.offers:
+            raise ProblemError(f"{path}: field 'procurement.offers' is given but 'rent' is false. "
+                               "To fix: set procurement.rent: true.")
+        return ()
+    for ident in proc.offers or ():
+        if ident not in catalog.offers:
+            raise ProblemError(f"{path}: field 'procurement.offers': unknown offer '{ident}'."
+                               f"{suggest(ident, catalog.offers)} To fix: use one of "
+                               f"{', '.join(sorted(catalog.offers))}.")
+    chosen = proc.offers if proc.offers is not None else tuple(sorted(catalog.offers))
+    return tuple(o for o in chosen if catalog.offers[o].gpu in gpus)
+
+
+def resolve_racks(path: Path, entry: RacksEntry | None, floor_m2: float | None, catalog: Catalog) -> RackLimits | None:
+    if entry is None and floor_m2 is None:
+        return None
+    entry = entry or RacksEntry()
+    facts = catalog.facility.racks
+    kw = entry.kw_per_rack or (facts.kw_air.value if entry.cooling == "air" else facts.kw_liquid.value)
+    floor_max = int(floor_m2 // facts.floor_m2.value) if floor_m2 is not None else None
+    if floor_max == 0:
+        raise ProblemError(f"{path}: field 'site.floor_m2': {floor_m2} m² holds no rack ({facts.floor_m2.value} m² "
+                           "each with its aisles). To fix: give the machine room's floor area.")
+    return RackLimits(entry.count, kw * 1e3, entry.units or int(facts.units.value),
+                      facts.usd.value if entry.usd_per_rack is None else entry.usd_per_rack, floor_max)
+
+
+_CHANGE = re.compile(r"\s*([+-]?[0-9]*\.?[0-9]+)\s*%\s*")
+
+
+def parse_change(text: str) -> float:
+    """'-20%' → 0.8 (the factor on the catalog price)."""
+    m = _CHANGE.fullmatch(text)
+    if not m:
+        raise ValueError(f"expected a change such as '-20%' or '+5%', got {text!r}")
+    return 1.0 + float(m.group(1)) / 100.0
+
+
+def resolve_prices(path: Path, book: dict[str, float | str | PriceEntry],
+                   catalog: Catalog) -> tuple[PriceOverride, ...]:
+    """The problem's price book: each entry a new price, a relative change, or both with a date and note."""
+    out = []
+    for item, value in sorted(book.items()):
+        where = f"{path}: field 'prices.{item}'"
+        try:
+            _, entry = priced_item(catalog, item)
+        except CatalogError as exc:
+            raise ProblemError(f"{where}: {exc}") from None
+        base = entry.price.usd  # type: ignore[attr-defined]
+        if isinstance(value, PriceEntry):
+            if (value.usd is None) == (value.change is None):
+                raise ProblemError(f"{where}: give exactly one of 'usd' and 'change'. "
+                                   "To fix: usd: 21000 or change: '-15%'.")
+            date, note = value.date or "undated", value.note
+            value = value.usd if value.usd is not None else value.change  # type: ignore[assignment]
+        else:
+            date, note = "undated", "problem file price book"
+        try:
+            usd = float(value) if not isinstance(value, str) else base * parse_change(value)
+        except ValueError as exc:
+            raise ProblemError(f"{where}: {exc}. To fix: a price in USD (21000) or a change ('-15%').") from None
+        if usd < 0:
+            raise ProblemError(f"{where}: the price comes out negative (${usd:,.2f}).")
+        out.append(PriceOverride(item, usd, date, f"{note} (catalog ${base:,.2f})"))
+    return tuple(out)
+
+
+def apply_prices(catalog: Catalog, prices: tuple[PriceOverride, ...]) -> Catalog:
+    """The catalog with the price book applied: what every later stage prices from."""
+    for p in prices:
+        catalog = with_price(catalog, p.item, p.usd, p.note, p.date)
+    return catalog
+
+
+def resolve_procurement(path: Path, spec, gpus: tuple[str, ...], catalog: Catalog) -> dict:
+    """The Problem fields of the procurement sections of a validated ``ProblemFile``: which GPUs
+    may be used and bought (vendors, region, buy switch), the inventory, offers, caps, racks,
+    facility cost terms and the price book."""
+    hw, site, proc = spec.hardware, spec.site, spec.procurement
+    vendors = sorted({g.vendor for g in catalog.gpus.values()})
+    for field, names in (("allow_vendors", hw.allow_vendors or ()), ("exclude_vendors", hw.exclude_vendors)):
+        for name in names:
+            if name not in vendors:
+                raise ProblemError(f"{path}: field 'hardware.{field}': unknown vendor '{name}'.{suggest(name, vendors)}"
+                                   f" To fix: use one of {', '.join(vendors)}.")
+    gpus = tuple(g for g in gpus if catalog.gpus[g].vendor not in hw.exclude_vendors
+                 and (hw.allow_vendors is None or catalog.gpus[g].vendor in hw.allow_vendors))
+    buy = gpus
+    if site.region is not None:
+        if site.region not in catalog.regions:
+            raise ProblemError(f"{path}: field 'site.region': unknown region '{site.region}'."
+                               f"{suggest(site.region, catalog.regions)} To fix: use one of "
+                               f"{', '.join(sorted(catalog.regions))}, or omit it.")
+        buy = tuple(g for g in buy if g in catalog.regions[site.region].allowed_gpus)
+    inventory = resolve_inventory(path, spec.inventory, catalog)
+    usable = tuple(dict.fromkeys(gpus + tuple(o.gpu for o in inventory if o.gpu not in hw.exclude_gpus)))
+    offers = resolve_offers(path, proc, catalog, buy)
+    if not proc.buy:
+        buy = ()
+    for item, n in hw.max_units.items():
+        if item not in catalog.gpus and item not in catalog.servers:
+            ids = list(catalog.gpus) + list(catalog.servers)
+            raise ProblemError(f"{path}: field 'hardware.max_units': unknown GPU or server '{item}'."
+                               f"{suggest(item, ids)}")
+        if n < 0:
+            raise ProblemError(f"{path}: field 'hardware.max_units.{item}': must be 0 or more, got {n}.")
+    if not buy and not offers and not inventory:
+        raise ProblemError(f"{path}: nothing can be used: buying is off or no GPU may be bought here, nothing is "
+                           "rented and the inventory is empty. To fix: set procurement.buy or procurement.rent, or "
+                           "list an inventory.")
+    fac = catalog.facility
+    colo = site.colocation_usd_per_kw_month
+    if colo is None:
+        colo = fac.colocation_usd_per_kw_month.value if site.colocation else 0.0
+    return dict(
+        gpus=usable,
+        buy_gpus=buy,
+        inventory=inventory,
+        offers=offers,
+        max_units=tuple(sorted(hw.max_units.items())),
+        maintenance_per_year=(fac.maintenance_per_year.value if site.maintenance_per_year is None
+                              else site.maintenance_per_year),
+        colocation_usd_per_kw_month=colo,
+        installation_usd_per_server=site.installation_usd_per_server,
+        racks=resolve_racks(path, site.racks, site.floor_m2, catalog),
+        prices=resolve_prices(path, spec.prices, catalog),
+        region=site.region,
+    )
