@@ -20,6 +20,7 @@ from optimizer.validation import read_yaml, validate
 
 SCHEMA_VERSION = 1
 GB = 1e9
+HOURS_PER_YEAR = 8766.0  # 365.25 days
 
 
 class Record(BaseModel):
@@ -244,7 +245,7 @@ class Offer(Record):
     @property
     def term_hours(self) -> float:
         """Hours a committed term bills per GPU (0 for on-demand, billed by use)."""
-        return {"on-demand": 0.0, "1yr": 8766.0, "3yr": 3 * 8766.0}[self.term]
+        return {"on-demand": 0.0, "1yr": HOURS_PER_YEAR, "3yr": 3 * HOURS_PER_YEAR}[self.term]
 
 
 class EfficiencyFile(Record):

@@ -91,7 +91,7 @@ def _train_figures(problem: Problem, catalog: Catalog, gpus: int) -> tuple[dict[
         plan = replace(c.plan, dp=gpus // c.gpus_per_replica * c.plan.ep)
         result = train_step(problem.model, catalog.hardware(g.gpu, g.server, g.fabric), plan, catalog.efficiency)
         need = purchase(g, gpus)
-        capex, watts = group_costs(g, need.gpus, need.servers, need.leaf_switches, need.spine_switches)
+        capex, _, watts = group_costs(g, need)
         rank = (result.tokens_per_s, -capex)
         if g.gpu not in best or rank > best[g.gpu][0]:
             best[g.gpu] = rank, TrainFigure(plan.describe(), g.server, g.fabric or "-", result.tokens_per_s,
@@ -107,6 +107,7 @@ def _train_figures(problem: Problem, catalog: Catalog, gpus: int) -> tuple[dict[
 def _serve_figures(problem: Problem, catalog: Catalog) -> tuple[dict[str, ServeFigure], dict[str, str]]:
     table = enumerate_candidates(problem, catalog)
     per_watt = opex_per_watt(problem)
+    maintenance = problem.maintenance_per_year * problem.horizon_years
     out: dict[str, ServeFigure] = {}
     least: dict[str, int] = {}
     for r in table.serving:
@@ -114,7 +115,8 @@ def _serve_figures(problem: Problem, catalog: Catalog) -> tuple[dict[str, ServeF
         least[g.gpu] = min(least.get(g.gpu, 1 << 30), r.gpus_per_replica)
         n = r.gpus_per_replica
         share = n / g.slots  # the replica's share of its server
-        tco = n * g.gpu_usd + share * g.server_usd + per_watt * (n * g.gpu_w + share * g.server_w)
+        value = n * g.gpu_usd + share * g.server_usd
+        tco = value * (1 + maintenance) + per_watt * (n * g.gpu_w + share * g.server_w)
         fig = ServeFigure(f"TP{r.plan.tp} PP{r.plan.pp} {r.plan.precision} batch {r.plan.batch}", g.server,
                           r.tokens_per_s, n, tco, 0)
         if g.gpu not in out or fig.tokens_per_usd > out[g.gpu].tokens_per_usd:

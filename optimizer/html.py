@@ -11,6 +11,7 @@ from html import escape
 from typing import Any
 
 from optimizer.explain import STEP, Explanation, relaxation_lines
+from optimizer.report import acquire
 from optimizer.sweep import SweepResult
 
 CSS = """
@@ -46,18 +47,20 @@ def _table(head: list[str], rows: list[list[str]], numeric: frozenset[int] | set
 def _headline(s: dict[str, Any]) -> str:
     p, plan, cost = s["problem"], s["plan"], s["cost"]
     if p["kind"] == "serve":
-        what = ", ".join(f"{r['replicas']} × {r['tp'] * r['pp']} {r['gpu']} for {r['class']}" for r in plan["replicas"])
+        what = "Buy " + ", ".join(f"{r['replicas']} × {r['tp'] * r['pp']} {r['gpu']}"
+                                  + (f" (rented: {r['offer']})" if r.get("offer") else "") + f" for {r['class']}"
+                                  for r in plan["replicas"])
         speed = (f"{sum(c['capacity_output_tokens_per_s'] for c in plan['classes']):,.0f} output tokens/s of "
                  f"capacity; ${cost['usd_per_million_output_tokens']:,.3f} per million output tokens")
         gpu = ", ".join(plan["gpu_types"])
     else:
         net = plan["fabric"] or "one server"
-        what = f"{plan['gpus']} × {plan['gpu']} in {plan['servers']} × {plan['server']} ({net})"
+        what = f"{acquire(plan)} ({net})"
         speed = (f"{plan['days']:,.1f} days to train (90 % band {plan['days_band_90'][0]:,.1f}–"
                  f"{plan['days_band_90'][1]:,.1f}) at {plan['tokens_per_s']:,.0f} tokens/s, MFU {plan['mfu']:.0%}")
         gpu = plan["gpu"]
     return (f'<div class="card"><div class="muted">Recommended GPU</div><div class="big" id="gpu">{escape(gpu)}</div>'
-            f"<p>Buy {escape(what)}.</p><p>{escape(speed)}.</p>"
+            f"<p>{escape(what)}.</p><p>{escape(speed)}.</p>"
             f'<p>Total cost of ownership over {cost["horizon_years"]:g} years: <span class="big" id="total">'
             f"{_money(cost['tco_usd'])}</span> (capex {_money(cost['capex_usd'])}, electricity "
             f"{_money(cost['opex_usd_per_year'])}/year); IT power {cost['it_power_kw']:,.1f} kW.</p></div>")
@@ -74,10 +77,11 @@ def _bom(s: dict[str, Any]) -> str:
 
 def _breakdown(s: dict[str, Any]) -> str:
     cost = s["cost"]
-    parts: dict[str, float] = {}
-    for r in s["bom"]:
-        parts[r["category"]] = parts.get(r["category"], 0.0) + r["extended_price_usd"]
-    parts[f"electricity ({cost['horizon_years']:g} years)"] = cost["opex_usd_per_year"] * cost["horizon_years"]
+    parts = {k: v for k, v in cost["capex_parts_usd"].items() if v}
+    years = f"({cost['horizon_years']:g} years)"
+    for name in ("rent", "electricity", "colocation", "maintenance"):
+        if cost[f"{name}_usd"]:
+            parts[f"{name} {years}" if name != "rent" else name] = cost[f"{name}_usd"]
     total = sum(parts.values()) or 1.0
     rows = "".join(f"<tr><td>{escape(k)}</td><td class=\"n\">{_money(v)}</td><td class=\"n\">{v / total:.1%}</td>"
                    f'<td style="width:50%"><span class="bar" style="width:{100 * v / total:.1f}%"></span></td></tr>'

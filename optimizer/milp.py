@@ -32,7 +32,19 @@ Constraints
     (10) W = Σ_h gpuW·G_h + (serverW + q_h·portW)·S_h + switchW·(L_h + K_h) ≤ power cap
     (11) capex ≤ budget  (or capex + opex ≤ budget when the budget covers TCO)
     (12) Σ_{r∈R_k} rate_r·n_r ≥ D_k for every request class k
-    opex = W · load factor · PUE · hours(horizon) · $/kWh;   TCO = capex + opex
+    (13) owned inventory: OG_h ≤ G_h, OS_h ≤ S_h, Σ_{h∈pool} OG_h ≤ owned GPUs, Σ OS_h ≤ owned
+         servers; (9) then buys only G_h − OG_h GPUs and S_h − OS_h servers (NICs too where the owned
+         servers carry them); the owned parts still draw power and pay maintenance
+    (3r) a rented group (a cloud offer) has G_h = the GPUs used, no capex, no site power, no switches;
+    (14) rent = rate·hours·G_h (serving, or a committed term), or for training on demand the job's
+         GPU-hours Σ_c x_c·rate·tokens·mp_c / (r_c·3600), which do not depend on dp
+    (15) availability: Σ bought G_h − OG_h of a GPU (0 where the region or buy switch forbids it),
+         Σ bought servers of a type, Σ rented G_h of an offer, each ≤ its cap
+    (16) racks (when modelled): R·kW ≥ W, R·U ≥ Σ_h U_h·S_h + switches, R ≤ racks on site / floor;
+         new racks are capex when the site has no rack count
+    value = catalog value of the on-site hardware in use (owned too)
+    opex = W · (load factor · PUE · hours · $/kWh + colocation $/kW-month · months) + maintenance · value
+    TCO = capex + opex + rent; (11) bounds capex + rent (or the TCO) by the budget
 Objective
     min_cost: minimise TCO;  min_time: maximise T;  min_power: minimise W (used to price the
     smallest power cap that makes a problem feasible).  A second pass fixes the optimum and takes,
@@ -51,6 +63,7 @@ from typing import Any
 
 from optimizer.errors import SolverError
 from optimizer.plans import Candidate, Group, PlanTable, ServeCandidate
+from optimizer.procurement import RackLimits
 
 BACKENDS = ("ortools", "pulp")
 ORTOOLS_ENGINE = "HIGHS"  # OR-Tools' linear-solver wrapper around HiGHS; "SCIP" also works, but
@@ -74,8 +87,12 @@ class Targets:
     budget_usd: float | None = None
     budget_covers: str = "capex"
     power_cap_w: float | None = None
-    opex_usd_per_w: float = 0.0  # electricity over the horizon per watt of IT load
+    opex_usd_per_w: float = 0.0  # electricity (and colocation) over the horizon per watt of IT load
     demands: tuple[tuple[str, float], ...] = ()  # (request class, output tokens/s) for serving
+    maintenance: float = 0.0  # fraction of the on-site hardware's catalog value paid over the horizon
+    install_usd_per_server: float = 0.0  # per server bought
+    racks: RackLimits | None = None  # None: racks are not modelled
+    server_caps: tuple[tuple[str, int], ...] = ()  # server id -> most bought
 
     @property
     def required_tokens_per_s(self) -> float | None:
@@ -89,6 +106,23 @@ class GroupCount:
     servers: int
     leaf_switches: int
     spine_switches: int
+    owned_gpus: int = 0  # of ``gpus``, already owned
+    owned_servers: int = 0
+
+
+@dataclass(frozen=True)
+class Costs:
+    """What a set of purchases costs, term by term (constraints (9)-(11) and the objective)."""
+
+    capex: float  # hardware bought, installation and new racks
+    value: float  # catalog value of all on-site hardware in use, owned too (what maintenance is on)
+    power_w: float  # on-site IT power
+    rent: float  # cloud rental over the horizon (or the training job)
+    racks: int  # racks the on-site hardware fills (0 when racks are not modelled)
+    new_racks: int
+
+    def opex(self, targets: Targets) -> float:
+        return targets.opex_usd_per_w * self.power_w + targets.maintenance * self.value
 
 
 @dataclass(frozen=True)
@@ -105,14 +139,16 @@ class MilpSolution:
     tokens_per_s: float  # training throughput
     capex: float
     power_w: float
-    opex: float
+    opex: float  # electricity, colocation and maintenance over the horizon
     solve_seconds: float
     variables: int
     constraints: int
+    rent: float = 0.0
+    costs: Costs | None = None
 
     @property
     def tco(self) -> float:
-        return self.capex + self.opex
+        return self.capex + self.opex + self.rent
 
     @property
     def counts(self) -> GroupCount | None:
@@ -140,21 +176,78 @@ def network_switches(group: Group, servers: int) -> tuple[int, int]:
     return leaves, math.ceil(leaves / 2)
 
 
-def group_costs(group: Group, gpus: int, servers: int, leaves: int, spines: int) -> tuple[float, float]:
-    """(capex USD, IT power W) of a purchase on one group: constraints (9) and (10)."""
-    capex = (gpus * group.gpu_usd + servers * (group.server_usd + group.ports_per_server * group.port_usd)
-             + (leaves + spines) * group.switch_usd)
-    power = (gpus * group.gpu_w + servers * (group.server_w + group.ports_per_server * group.port_w)
-             + (leaves + spines) * group.switch_w)
-    return capex, power
+def group_costs(group: Group, count: GroupCount, install_usd: float = 0.0) -> tuple[float, float, float]:
+    """(capex USD, catalog value USD, IT power W) of one group's hardware: constraints (9), (10).
+    Owned GPUs and servers cost nothing to buy but count in value and power; rented ones in neither."""
+    if group.rented:
+        return 0.0, 0.0, 0.0
+    switches = count.leaf_switches + count.spine_switches
+    bought_servers = count.servers - count.owned_servers
+    nic_servers = bought_servers if group.owned_nics else count.servers
+    port_usd = group.ports_per_server * group.port_usd
+    capex = ((count.gpus - count.owned_gpus) * group.gpu_usd + bought_servers * (group.server_usd + install_usd)
+             + nic_servers * port_usd + switches * group.switch_usd)
+    value = count.gpus * group.gpu_usd + count.servers * (group.server_usd + port_usd) + switches * group.switch_usd
+    power = (count.gpus * group.gpu_w + count.servers * (group.server_w + group.ports_per_server * group.port_w)
+             + switches * group.switch_w)
+    return capex, value, power
+
+
+def rent_cost(group: Group, gpus: int, tokens: float, plan: Candidate | None = None) -> float:
+    """USD of renting ``gpus`` of a rented group: capacity billed for its hours, or (a training job
+    on demand) the job's GPU-hours, tokens · TP·PP / (tokens/s per replica) / 3600 per GPU-hour."""
+    if not group.rented:
+        return 0.0
+    if group.rent_hours > 0:
+        return group.rent_usd_per_gpu_h * group.rent_hours * gpus
+    if plan is None:
+        return 0.0
+    return group.rent_usd_per_gpu_h * job_gpu_hours(plan, tokens)
+
+
+def job_gpu_hours(plan: Candidate, tokens: float) -> float:
+    """GPU-hours of a training job: independent of dp, since GPUs and tokens/s both scale with it."""
+    return tokens * plan.gpus_per_replica / plan.replica_tokens_per_s / 3600.0
+
+
+def racks_needed(racks: RackLimits, groups: dict[str, Group], purchases: tuple[GroupCount, ...]) -> int:
+    """Racks the on-site hardware fills: by power (kW per rack) and by height (1U per switch)."""
+    power = units = 0.0
+    for p in purchases:
+        g = groups[p.group]
+        if g.rented:
+            continue
+        power += group_costs(g, p)[2]
+        units += g.rack_units * p.servers + p.leaf_switches + p.spine_switches
+    return max(math.ceil(power / racks.kw - 1e-9), math.ceil(units / racks.units - 1e-9), 0)
+
+
+def solution_costs(table: PlanTable, targets: Targets, purchases: tuple[GroupCount, ...],
+                   plan: Candidate | None) -> Costs:
+    """Every cost term of a set of purchases, in closed form (the re-check of the MIP's sums)."""
+    capex = value = power = rent = 0.0
+    for p in purchases:
+        g = table.groups[p.group]
+        c, v, w = group_costs(g, p, targets.install_usd_per_server)
+        capex, value, power = capex + c, value + v, power + w
+        job = plan if plan is not None and plan.group == g.key else None
+        rent += rent_cost(g, p.gpus, targets.tokens, job)
+    racks = new_racks = 0
+    if targets.racks is not None:
+        racks = racks_needed(targets.racks, table.groups, purchases)
+        new_racks = racks if targets.racks.count is None else 0
+        capex += new_racks * targets.racks.usd
+    return Costs(capex, value, power, rent, racks, new_racks)
 
 
 def purchase(group: Group, used_gpus: int) -> GroupCount:
-    """The least hardware that runs ``used_gpus`` on ``group`` (what the MIP's min-cost reaches)."""
+    """The least hardware that runs ``used_gpus`` on ``group`` (what the MIP's min-cost reaches),
+    drawing on the group's owned GPUs and servers first."""
     servers = math.ceil(used_gpus / group.slots)
     gpus = servers * group.slots if group.full_only else used_gpus
-    leaves, spines = network_switches(group, servers)
-    return GroupCount(group.key, gpus, servers, leaves, spines)
+    leaves, spines = (0, 0) if group.rented else network_switches(group, servers)
+    return GroupCount(group.key, gpus, servers, leaves, spines, min(group.owned_gpus, gpus),
+                      min(group.owned_servers, servers))
 
 
 def replica_bound(r: ServeCandidate, targets: Targets) -> int:
@@ -308,16 +401,19 @@ def solve(table: PlanTable, targets: Targets, backend: str = "ortools", time_lim
     dp = {c.key: model.int_var(0, c.dp_max, f"dp[{c.key}]") for c in table.candidates}
     n = {r.key: model.int_var(0, replica_bound(r, targets), f"replicas[{r.key}]") for r in table.serving}
     bounds = _bounds(table, targets)
-    G, S, L, K, Y = {}, {}, {}, {}, {}
+    G, S, L, K, Y, OG, OS = {}, {}, {}, {}, {}, {}, {}
     for h, g in sorted(table.groups.items()):
         gmax, smax = bounds[h]
         G[h] = model.int_var(0, gmax, f"gpus[{h}]")
         S[h] = model.int_var(0, smax, f"servers[{h}]")
-        if g.fabric is not None:
+        if g.fabric is not None and not g.rented:
             lmax = max(1, math.ceil(2 * g.ports_per_server * smax / g.switch_ports))
             L[h] = model.int_var(0, lmax, f"leaf[{h}]")
             K[h] = model.int_var(0, lmax, f"spine[{h}]")
             Y[h] = model.bool_var(f"multi_switch[{h}]")
+        if g.pool is not None:
+            OG[h] = model.int_var(0, min(g.owned_gpus, gmax), f"owned_gpus[{h}]")
+            OS[h] = model.int_var(0, min(g.owned_servers, smax), f"owned_servers[{h}]")
     by_group: dict[str, list[Candidate]] = {}
     for c in table.candidates:
         by_group.setdefault(c.group, []).append(c)
@@ -330,21 +426,38 @@ def solve(table: PlanTable, targets: Targets, backend: str = "ortools", time_lim
     for c in table.candidates:  # (2)
         model.add(dp[c.key] >= c.dp_min * x[c.key], f"dp_min[{c.key}]")
         model.add(dp[c.key] <= c.dp_max * x[c.key], f"dp_max[{c.key}]")
-    capex_terms, power_terms = [], []
+    capex_terms, value_terms, power_terms, rent_terms, units_terms = [], [], [], [], []
+    caps: dict[tuple[str, str], list] = {}  # (kind, id) -> units bought (or rented) that count against a cap
     for h, g in sorted(table.groups.items()):
         cands = by_group.get(h, [])
         used = ([c.gpus_per_replica * dp[c.key] for c in cands]
                 + [r.gpus_per_replica * n[r.key] for r in replicas_on.get(h, [])])
-        model.add(G[h] >= model.total(used), f"gpus[{h}]")  # (3)
+        if g.rented:  # (3r) rented GPUs are exactly those used: they are billed
+            model.add(G[h] == model.total(used), f"gpus[{h}]")
+        else:
+            model.add(G[h] >= model.total(used), f"gpus[{h}]")  # (3)
         if g.full_only:  # (4)
             model.add(G[h] == g.slots * S[h], f"full_servers[{h}]")
         else:
             model.add(G[h] <= g.slots * S[h], f"slots[{h}]")
-        if g.fabric is None:
-            if g.single_server:  # (5)
-                model.add(S[h] <= 1, f"single_server[{h}]")
-            switches = 0
-        else:  # (6)
+        if g.single_server:  # (5)
+            model.add(S[h] <= 1, f"single_server[{h}]")
+        bought_g, bought_s = G[h], S[h]
+        if g.pool is not None:  # (13) owned parts first: they cost nothing to buy
+            model.add(OG[h] <= G[h], f"owned_gpus_used[{h}]")
+            model.add(OS[h] <= S[h], f"owned_servers_used[{h}]")
+            bought_g, bought_s = G[h] - OG[h], S[h] - OS[h]
+        if g.rented:
+            caps.setdefault(("offer", g.offer or ""), []).append(G[h])
+            if g.rent_hours > 0:  # (14) capacity billed for its hours; on demand, the job's GPU-hours
+                rent_terms.append(g.rent_usd_per_gpu_h * g.rent_hours * G[h])
+            else:
+                rent_terms += [g.rent_usd_per_gpu_h * job_gpu_hours(c, targets.tokens) * x[c.key] for c in cands]
+            continue
+        caps.setdefault(("gpu", g.gpu), []).append(bought_g)
+        caps.setdefault(("server", g.server), []).append(bought_s)
+        switches = 0
+        if g.fabric is not None:  # (6)
             q, P = g.ports_per_server, g.switch_ports
             smax = bounds[h][1]
             big_ports = q * smax
@@ -356,25 +469,58 @@ def solve(table: PlanTable, targets: Targets, backend: str = "ortools", time_lim
             lmax = max(1, math.ceil(big_leaf))  # L's upper bound: the M that switches (6c) off
             model.add(2 * K[h] >= L[h] - lmax * (1 - Y[h]), f"fat_tree_spine[{h}]")
             switches = L[h] + K[h]
-        capex_terms += [g.gpu_usd * G[h], (g.server_usd + g.ports_per_server * g.port_usd) * S[h]]
-        power_terms += [g.gpu_w * G[h], (g.server_w + g.ports_per_server * g.port_w) * S[h]]
-        if g.fabric is not None:
-            capex_terms.append(g.switch_usd * switches)
-            power_terms.append(g.switch_w * switches)
+        port_usd = g.ports_per_server * g.port_usd
+        capex_terms += [g.gpu_usd * bought_g, (g.server_usd + targets.install_usd_per_server) * bought_s,
+                        port_usd * (bought_s if g.owned_nics else S[h]), g.switch_usd * switches]
+        value_terms += [g.gpu_usd * G[h], (g.server_usd + port_usd) * S[h], g.switch_usd * switches]
+        power_terms += [g.gpu_w * G[h], (g.server_w + g.ports_per_server * g.port_w) * S[h], g.switch_w * switches]
+        units_terms += [g.rack_units * S[h], switches]
+    pools: dict[str, tuple[int, int, list[str]]] = {}
+    for h, g in sorted(table.groups.items()):
+        if g.pool is not None:
+            pools.setdefault(g.pool, (g.owned_gpus, g.owned_servers, []))[2].append(h)
+    for pool, (gpus, servers, members) in sorted(pools.items()):  # (13) groups share one inventory
+        if len(members) > 1:
+            model.add(model.total([OG[h] for h in members]) <= gpus, f"pool_gpus[{pool}]")
+            model.add(model.total([OS[h] for h in members]) <= servers, f"pool_servers[{pool}]")
+    limits = {("server", k): v for k, v in targets.server_caps}
+    for g in table.groups.values():
+        if g.buy_cap is not None:
+            limits[("offer" if g.rented else "gpu", g.offer or g.gpu)] = g.buy_cap
+    for key, cap in sorted(limits.items()):  # (15) availability: at most N units bought or rented
+        if key in caps:
+            model.add(model.total(caps[key]) <= cap, f"cap[{key[0]}:{key[1]}]")
+    power = model.total(power_terms)  # (10)
+    if targets.racks is not None:  # (16) racks by power and by height
+        rk = targets.racks
+        most = rk.max_racks
+        if most is None:  # enough racks for every group at its bounds, by power and by height
+            watts = units = 0.0
+            for h, g in table.groups.items():
+                gmax, smax = bounds[h]
+                switches = 2 * max(1, math.ceil(2 * g.ports_per_server * smax / g.switch_ports)) if h in L else 0
+                watts += gmax * g.gpu_w + smax * (g.server_w + g.ports_per_server * g.port_w) + switches * g.switch_w
+                units += smax * g.rack_units + switches
+            most = math.ceil(watts / rk.kw) + math.ceil(units / rk.units) + 1
+        R = model.int_var(0, most, "racks")
+        model.add(R * rk.kw >= power, "rack_power")
+        model.add(R * rk.units >= model.total(units_terms), "rack_units")
+        if rk.count is None:
+            capex_terms.append(rk.usd * R)
     for k, demand in targets.demands:  # (12)
         model.add(model.total([r.tokens_per_s * n[r.key] for r in table.serving if r.demand == k]) >= demand,
                   f"demand[{k}]")
     throughput = model.total([c.replica_tokens_per_s * dp[c.key] for c in table.candidates])  # (7)
     capacity = model.total([r.tokens_per_s * n[r.key] for r in table.serving])
     capex = model.total(capex_terms)  # (9)
-    power = model.total(power_terms)  # (10)
-    tco = capex + targets.opex_usd_per_w * power
+    rent = model.total(rent_terms)
+    tco = capex + targets.opex_usd_per_w * power + targets.maintenance * model.total(value_terms) + rent
     if targets.required_tokens_per_s is not None:  # (8)
         model.add(throughput >= targets.required_tokens_per_s, "deadline")
     if targets.power_cap_w is not None:
         model.add(power <= targets.power_cap_w, "power_cap")
     if targets.budget_usd is not None:  # (11)
-        model.add((tco if targets.budget_covers == "tco" else capex) <= targets.budget_usd, "budget")
+        model.add((tco if targets.budget_covers == "tco" else capex + rent) <= targets.budget_usd, "budget")
     # --- objective and solve ---------------------------------------------------------------
     maximize = targets.objective == "min_time"
     model.set_objective({"min_time": throughput, "min_power": power}.get(targets.objective, tco), maximize)
@@ -382,7 +528,7 @@ def solve(table: PlanTable, targets: Targets, backend: str = "ortools", time_lim
     if status in (Status.INFEASIBLE, Status.NO_SOLUTION):
         return _empty(status, backend, start, model)
     gap = _gap(objective, bound) if bound is not None else (mip_gap if status == Status.OPTIMAL else None)
-    tables = {"x": x, "dp": dp, "n": n, "G": G, "S": S, "L": L, "K": K}
+    tables = {"x": x, "dp": dp, "n": n, "G": G, "S": S, "L": L, "K": K, "OG": OG, "OS": OS}
 
     def snapshot() -> dict[tuple[str, str], float]:
         return {(name, k): model.value(v) for name, t in tables.items() for k, v in t.items()}
@@ -410,15 +556,14 @@ def solve(table: PlanTable, targets: Targets, backend: str = "ortools", time_lim
     dp_value = round(values["dp", c.key]) if c else 0
     replicas = tuple((r, round(values["n", r.key])) for r in table.serving if round(values["n", r.key]) > 0)
     purchases = tuple(GroupCount(h, round(values["G", h]), round(values["S", h]),
-                                 round(values.get(("L", h), 0.0)), round(values.get(("K", h), 0.0)))
+                                 round(values.get(("L", h), 0.0)), round(values.get(("K", h), 0.0)),
+                                 round(values.get(("OG", h), 0.0)), round(values.get(("OS", h), 0.0)))
                       for h in sorted(table.groups) if round(values["G", h]) > 0)
-    cap = watts = 0.0
-    for p in purchases:
-        dollars, w = group_costs(table.groups[p.group], p.gpus, p.servers, p.leaf_switches, p.spine_switches)
-        cap, watts = cap + dollars, watts + w
+    costs = solution_costs(table, targets, purchases, c)
     return MilpSolution(status, backend, objective, bound, gap, c, dp_value, replicas, purchases,
-                        c.replica_tokens_per_s * dp_value if c else 0.0, cap, watts, targets.opex_usd_per_w * watts,
-                        time.perf_counter() - start, model.n_vars, model.n_cons)
+                        c.replica_tokens_per_s * dp_value if c else 0.0, costs.capex, costs.power_w,
+                        costs.opex(targets), time.perf_counter() - start, model.n_vars, model.n_cons,
+                        costs.rent, costs)
 
 
 def _gap(objective: float | None, bound: float | None) -> float | None:

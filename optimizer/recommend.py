@@ -9,15 +9,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from optimizer.catalog import Catalog
+from optimizer.catalog import HOURS_PER_YEAR, Catalog
 from optimizer.errors import InfeasibleError, SolverError
-from optimizer.milp import MilpSolution, Status, Targets, group_costs, purchase, solve
+from optimizer.milp import MilpSolution, Status, Targets, purchase, solution_costs, solve
 from optimizer.perf.serve import ServeResult, serve
 from optimizer.perf.train import TrainResult, train_step
 from optimizer.plans import PlanTable, enumerate_candidates
 from optimizer.problem import Problem, confidence_factor
-
-HOURS_PER_YEAR = 8766.0
 
 
 @dataclass(frozen=True)
@@ -34,16 +32,34 @@ class Recommendation:
         return self.problem.tokens / self.perf.tokens_per_s / 86400.0 if self.perf else 0.0
 
 
-def opex_per_watt(problem: Problem) -> float:
+def electricity_per_watt(problem: Problem) -> float:
     """USD of electricity over the horizon per watt of IT load (load factor × PUE × hours × price)."""
     return (problem.load_factor * problem.pue * problem.horizon_years * HOURS_PER_YEAR
             * problem.electricity_usd_per_kwh / 1000.0)
 
 
+def colocation_per_watt(problem: Problem) -> float:
+    """USD of colocation rent over the horizon per watt of IT capacity ($/kW-month × months / 1000)."""
+    return problem.colocation_usd_per_kw_month * 12 * problem.horizon_years / 1000.0
+
+
+def opex_per_watt(problem: Problem) -> float:
+    """USD over the horizon per watt of on-site IT load: electricity and colocation."""
+    return electricity_per_watt(problem) + colocation_per_watt(problem)
+
+
 def targets_of(problem: Problem) -> Targets:
+    servers = tuple((k, v) for k, v in problem.max_units if k not in problem.gpus)
     return Targets(problem.objective, problem.tokens, problem.deadline_s, problem.budget_usd,
                    problem.budget_covers, problem.power_cap_w, opex_per_watt(problem),
-                   tuple((d.name, d.output_tokens_per_s) for d in problem.demands))
+                   tuple((d.name, d.output_tokens_per_s) for d in problem.demands),
+                   problem.maintenance_per_year * problem.horizon_years, problem.installation_usd_per_server,
+                   problem.racks, servers)
+
+
+def spend(problem: Problem, sol: MilpSolution) -> float:
+    """What the budget bounds: capex and rent, or the whole TCO."""
+    return sol.tco if problem.budget_covers == "tco" else sol.capex + sol.rent
 
 
 def verify(problem: Problem, catalog: Catalog, table: PlanTable,
@@ -71,11 +87,7 @@ def verify(problem: Problem, catalog: Catalog, table: PlanTable,
     ok = problem.min_global_batch <= gb <= problem.max_global_batch
     (checks if ok else problems).append(
         f"global batch {gb} sequences within [{problem.min_global_batch}, {problem.max_global_batch}]")
-    need = purchase(group, c.gpus_per_replica * sol.dp)
-    capex, power = group_costs(group, need.gpus, need.servers, need.leaf_switches, need.spine_switches)
-    ok = abs(capex - sol.capex) <= 1e-6 * max(1.0, capex) and abs(power - sol.power_w) <= 1e-6 * max(1.0, power)
-    (checks if ok else problems).append(
-        f"hardware re-priced from the catalog: ${capex:,.0f} capex, {power / 1e3:,.2f} kW (solver ${sol.capex:,.0f})")
+    _repriced(problem, table, sol, {group.key: c.gpus_per_replica * sol.dp}, checks, problems)
     if problem.deadline_s is not None:
         days = problem.tokens / planned / 86400
         ok = days <= problem.deadline_s / 86400 * (1 + 1e-9)
@@ -86,6 +98,22 @@ def verify(problem: Problem, catalog: Catalog, table: PlanTable,
     return result, tuple(checks), ()
 
 
+def _repriced(problem: Problem, table: PlanTable, sol: MilpSolution, used: dict[str, int],
+              checks: list[str], problems: list[str]) -> None:
+    """The least hardware for the GPUs used, priced in closed form, against the solver's sums."""
+    need = tuple(purchase(table.groups[h], gpus) for h, gpus in sorted(used.items()))
+    costs = solution_costs(table, targets_of(problem), need, sol.candidate)
+    ok = all(abs(a - b) <= 1e-6 * max(1.0, abs(a)) for a, b in
+             ((costs.capex, sol.capex), (costs.power_w, sol.power_w), (costs.rent, sol.rent)))
+    rent = f", ${costs.rent:,.0f} rent" if costs.rent else ""
+    (checks if ok else problems).append(
+        f"hardware re-priced from the catalog: ${costs.capex:,.0f} capex{rent}, {costs.power_w / 1e3:,.2f} kW "
+        f"(solver ${sol.capex:,.0f})")
+    if problem.racks is not None and problem.racks.max_racks is not None:
+        ok = costs.racks <= problem.racks.max_racks
+        (checks if ok else problems).append(f"{costs.racks} racks ≤ {problem.racks.max_racks} on site")
+
+
 def _limits(problem: Problem, sol: MilpSolution, checks: list[str], problems: list[str]) -> None:
     """The budget and power cap, against the solver's re-priced hardware."""
     if problem.power_cap_w is not None:
@@ -93,10 +121,10 @@ def _limits(problem: Problem, sol: MilpSolution, checks: list[str], problems: li
         (checks if ok else problems).append(
             f"IT power {sol.power_w / 1e3:,.2f} kW ≤ cap {problem.power_cap_w / 1e3:,.1f} kW")
     if problem.budget_usd is not None:
-        spend = sol.capex + (sol.opex if problem.budget_covers == "tco" else 0.0)
-        ok = spend <= problem.budget_usd * (1 + 1e-9)
-        (checks if ok else problems).append(
-            f"{problem.budget_covers} ${spend:,.0f} ≤ budget ${problem.budget_usd:,.0f}")
+        spent = spend(problem, sol)
+        what = "TCO" if problem.budget_covers == "tco" else ("capex + rent" if sol.rent else "capex")
+        ok = spent <= problem.budget_usd * (1 + 1e-9)
+        (checks if ok else problems).append(f"{what} ${spent:,.0f} ≤ budget ${problem.budget_usd:,.0f}")
 
 
 def verify_serving(problem: Problem, catalog: Catalog, table: PlanTable,
@@ -126,14 +154,7 @@ def verify_serving(problem: Problem, catalog: Catalog, table: PlanTable,
         ok = capacity.get(d.name, 0.0) >= d.output_tokens_per_s * (1 - 1e-9)
         (checks if ok else problems).append(
             f"{d.name}: {capacity.get(d.name, 0.0):,.0f} ≥ {d.output_tokens_per_s:,.0f} output tokens/s demanded")
-    capex = watts = 0.0
-    for h, gpus in sorted(used.items()):
-        need = purchase(table.groups[h], gpus)
-        dollars, w = group_costs(table.groups[h], need.gpus, need.servers, need.leaf_switches, need.spine_switches)
-        capex, watts = capex + dollars, watts + w
-    ok = abs(capex - sol.capex) <= 1e-6 * max(1.0, capex) and abs(watts - sol.power_w) <= 1e-6 * max(1.0, watts)
-    (checks if ok else problems).append(
-        f"hardware re-priced from the catalog: ${capex:,.0f} capex, {watts / 1e3:,.2f} kW (solver ${sol.capex:,.0f})")
+    _repriced(problem, table, sol, used, checks, problems)
     _limits(problem, sol, checks, problems)
     if problems:
         raise SolverError("the solver's answer failed the independent re-check: " + "; ".join(problems))
@@ -198,10 +219,11 @@ def repairs(problem: Problem, catalog: Catalog, table: PlanTable, backend: str, 
     targets = targets_of(problem)
     if problem.budget_usd is not None:
         capex_only = problem.budget_covers == "capex"
-        relaxed = replace(targets, budget_usd=None, objective="min_cost",
-                          opex_usd_per_w=0.0 if capex_only else targets.opex_usd_per_w)
+        relaxed = replace(targets, budget_usd=None, objective="min_cost")
+        if capex_only:
+            relaxed = replace(relaxed, opex_usd_per_w=0.0, maintenance=0.0)
         needed = _least(problem, catalog, "budget_usd", relaxed, backend, limit,
-                        lambda s: math.ceil(s.capex if capex_only else s.tco))
+                        lambda s: math.ceil(s.capex + s.rent if capex_only else s.tco))
         if needed is not None:
             out.append(Repair("budget", problem.budget_usd, needed))
     if problem.power_cap_w is not None:

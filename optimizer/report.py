@@ -17,7 +17,9 @@ from typing import Any
 
 from optimizer.catalog import Catalog, Price
 from optimizer.errors import ProblemError
+from optimizer.milp import rent_cost
 from optimizer.recommend import HOURS_PER_YEAR, Recommendation
+from optimizer.tco import break_even, break_even_lines, cost_lines, cost_terms, price_lines, prices_used
 
 BOM_COLUMNS = ("category", "sku", "description", "quantity", "unit_price_usd", "extended_price_usd",
                "unit_power_w", "power_w", "source")
@@ -51,46 +53,70 @@ def _src(price: Price) -> str:
 
 
 def bill_of_materials(rec: Recommendation, catalog: Catalog) -> list[BomRow]:
-    """One row per item of every hardware group bought: GPUs, server platforms, NICs, switches."""
+    """One row per item bought for every hardware group: GPUs, server platforms, NICs, switches,
+    installation and racks; owned parts at $0 (they draw power); rentals at their cost."""
     rows: list[BomRow] = []
+    p = rec.problem
     for bought in rec.solution.purchases:
         g = rec.table.groups[bought.group]
         gpu, server = catalog.gpus[g.gpu], catalog.servers[g.server]
-        rows.append(BomRow("gpu", gpu.id, gpu.name, bought.gpus, gpu.price.usd, gpu.tdp_w, _src(gpu.price)))
-        rows.append(BomRow("server", server.id, server.name + " (platform, without GPUs)", bought.servers,
-                           server.price.usd, server.base_power_w, _src(server.price)))
+        if g.rented:
+            offer = catalog.offers[g.offer or ""]
+            usd = rent_cost(g, bought.gpus, p.tokens, rec.solution.candidate) / bought.gpus
+            billed = (f"{g.rent_hours:,.0f} h ({offer.term})" if g.rent_hours
+                      else f"{usd / offer.price.usd:,.1f} h of the job (on demand)")
+            rows.append(BomRow("rent", offer.id, f"{offer.provider} {offer.name}: ${offer.price.usd:g}/GPU-hour x "
+                               f"{billed}", bought.gpus, usd, 0.0, _src(offer.price)))
+            continue
+        owned = " (owned)"
+        if bought.owned_gpus:
+            rows.append(BomRow("owned", gpu.id, gpu.name + owned, bought.owned_gpus, 0.0, gpu.tdp_w, "inventory"))
+        if bought.gpus > bought.owned_gpus:
+            rows.append(BomRow("gpu", gpu.id, gpu.name, bought.gpus - bought.owned_gpus, gpu.price.usd, gpu.tdp_w,
+                               _src(gpu.price)))
+        platform = server.name + " (platform, without GPUs)"
+        if bought.owned_servers:
+            rows.append(BomRow("owned", server.id, platform + owned, bought.owned_servers, 0.0, server.base_power_w,
+                               "inventory"))
+        new_servers = bought.servers - bought.owned_servers
+        if new_servers:
+            rows.append(BomRow("server", server.id, platform, new_servers, server.price.usd, server.base_power_w,
+                               _src(server.price)))
+            if p.installation_usd_per_server:
+                rows.append(BomRow("install", server.id, "installation per server (problem file)", new_servers,
+                                   p.installation_usd_per_server, 0.0, "problem file site.installation_usd_per_server"))
         if g.fabric is None:
             continue
         fabric = catalog.fabrics[g.fabric]
         switch = catalog.switches[fabric.switch]
         if fabric.nic is not None:
             nic = catalog.nics[fabric.nic]
-            rows.append(BomRow("nic", nic.id, nic.name, bought.servers * fabric.nics_per_server,
+            owned_nics = bought.owned_servers if g.owned_nics else 0
+            if owned_nics:
+                rows.append(BomRow("owned", nic.id, nic.name + owned, owned_nics * fabric.nics_per_server, 0.0,
+                                   nic.power_w, "inventory"))
+            rows.append(BomRow("nic", nic.id, nic.name, (bought.servers - owned_nics) * fabric.nics_per_server,
                                nic.price.usd, nic.power_w, _src(nic.price)))
         switches = bought.leaf_switches + bought.spine_switches
         tier = ("leaf" if bought.spine_switches == 0
                 else f"{bought.leaf_switches} leaf + {bought.spine_switches} spine")
         rows.append(BomRow("switch", switch.id, f"{switch.name} ({tier})", switches, switch.price.usd,
                            switch.power_w, _src(switch.price)))
-    return rows
-
-
-def _costs(rec: Recommendation, bom: list[BomRow]) -> dict[str, Any]:
-    p = rec.problem
-    capex = sum(r.extended_price_usd for r in bom)
-    it_power = sum(r.power_w for r in bom)
-    energy_year = it_power / 1e3 * p.load_factor * p.pue * HOURS_PER_YEAR * p.electricity_usd_per_kwh
-    return {"capex_usd": capex, "it_power_kw": it_power / 1e3, "facility_power_kw": it_power / 1e3 * p.pue,
-            "pue": p.pue, "load_factor": p.load_factor, "electricity_usd_per_kwh": p.electricity_usd_per_kwh,
-            "opex_usd_per_year": energy_year, "horizon_years": p.horizon_years,
-            "tco_usd": capex + energy_year * p.horizon_years}
+    costs = rec.solution.costs
+    if p.racks is not None and costs is not None and costs.new_racks:
+        facts = catalog.facility.racks
+        price = Price(usd=p.racks.usd, date=facts.usd.date or "", source=facts.usd.source,
+                      assumption=facts.usd.assumption)
+        rows.append(BomRow("rack", "rack", f"{p.racks.units}U rack for {p.racks.kw / 1e3:g} kW",
+                           costs.new_racks, p.racks.usd, 0.0, _src(price)))
+    return [r for r in rows if r.quantity > 0]
 
 
 def summary(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
     """Everything the report shows, JSON-ready (keys: status, objective, gap, plan, cost, bom, …)."""
     p, sol = rec.problem, rec.solution
     bom = bill_of_materials(rec, catalog)
-    cost = {**_costs(rec, bom), "prices_as_of": catalog.prices_as_of}
+    cost = {**cost_terms(rec, catalog), "prices_as_of": catalog.prices_as_of}
     band = catalog.band(p.kind)
     low, high = band.ratio(5), band.ratio(95)
     if p.kind == "serve":
@@ -128,6 +154,8 @@ def summary(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
         "plan": plan,
         "cost": cost,
         "bom": [r.as_dict() for r in bom],
+        "prices_used": prices_used(rec, catalog),
+        "break_even": break_even(rec, catalog),
         "solver": {"backend": sol.backend, "status": sol.status.value, "gap": sol.gap,
                    "time_limit_s": p.solver.time_limit_s,
                    "variables": sol.variables, "constraints": sol.constraints,
@@ -151,7 +179,8 @@ def _training_plan(rec: Recommendation) -> dict[str, Any]:
     plan = c.plan
     return {
         "gpu": g.gpu, "gpus": sol.counts.gpus, "gpus_used": plan.unit_gpus * sol.dp,
-        "server": g.server, "servers": sol.counts.servers, "fabric": g.fabric,
+        "server": g.server, "servers": sol.counts.servers, "fabric": g.fabric, "offer": g.offer,
+        "owned_gpus": sol.counts.owned_gpus, "owned_servers": sol.counts.owned_servers,
         "tp": plan.tp, "pp": plan.pp, "cp": plan.cp, "ep": plan.ep, "virtual_stages": plan.virtual_stages,
         "dp": sol.dp * plan.ep,
         "micro_batch": plan.micro_batch,
@@ -174,7 +203,7 @@ def _serving_plan(rec: Recommendation) -> dict[str, Any]:
     for (r, count), res in zip(sol.replicas, rec.replica_perf, strict=True):
         g = rec.table.groups[r.group]
         replicas.append({
-            "class": r.demand, "gpu": g.gpu, "server": g.server, "replicas": count, "tp": r.plan.tp,
+            "class": r.demand, "gpu": g.gpu, "server": g.server, "offer": g.offer, "replicas": count, "tp": r.plan.tp,
             "pp": r.plan.pp, "precision": r.plan.precision, "kv_precision": r.plan.kv_precision,
             "batch": r.plan.batch, "gpus": count * r.gpus_per_replica,
             "output_tokens_per_s_each": res.output_tokens_per_s, "output_tokens_per_s": count * res.output_tokens_per_s,
@@ -230,6 +259,13 @@ def render_text(s: dict[str, Any], markdown: bool = False) -> str:
     lines += _serving_text(s, h) if p["kind"] == "serve" else _training_text(s, h)
     lines.append(h("Bill of materials"))
     lines += _bom_table(s["bom"], markdown)
+    lines.append(h(f"Total cost of ownership over {cost['horizon_years']:g} years"))
+    lines += [f"    {line}" if markdown and i < 6 else line for i, line in enumerate(cost_lines(cost))]
+    if s["break_even"]:
+        lines.append(h("Buy or rent"))
+        lines += break_even_lines(s["break_even"], cost["horizon_years"])
+    lines.append(h("Prices used"))
+    lines += price_lines(s["prices_used"])
     lines.append(h("Solver"))
     gap = "n/a" if solver["gap"] is None else f"{solver['gap']:.2e}"
     lines += [
@@ -254,9 +290,24 @@ def render_text(s: dict[str, Any], markdown: bool = False) -> str:
 
 
 def _cost_line(cost: dict[str, Any]) -> str:
-    return (f"Capex {_money(cost['capex_usd'])}; electricity {_money(cost['opex_usd_per_year'])}/year; "
+    rent = f"; rent {_money(cost['rent_usd'])}" if cost["rent_usd"] else ""
+    return (f"Capex {_money(cost['capex_usd'])}{rent}; electricity {_money(cost['opex_usd_per_year'])}/year; "
             f"TCO over {cost['horizon_years']:g} years {_money(cost['tco_usd'])}; IT power "
             f"{cost['it_power_kw']:,.1f} kW ({cost['facility_power_kw']:,.1f} kW with PUE {cost['pue']:g}).")
+
+
+def acquire(plan: dict[str, Any]) -> str:
+    """'Buy 64 x h100-sxm in 8 x hgx-hopper-8', 'Rent …' or 'Use 8 owned and buy 8 more …'."""
+    if plan.get("offer"):
+        return f"Rent {plan['gpus']} x {plan['gpu']} from {plan['offer']}"
+    owned, servers_owned = plan.get("owned_gpus", 0), plan.get("owned_servers", 0)
+    if not owned:
+        return f"Buy {plan['gpus']} x {plan['gpu']} in {plan['servers']} x {plan['server']}"
+    new = plan["gpus"] - owned
+    where = (f"{plan['servers']} x {plan['server']} ({servers_owned} owned)" if servers_owned
+             else f"{plan['servers']} x {plan['server']}")
+    return (f"Use {owned} owned {plan['gpu']}" + (f" and buy {new} more" if new else " (nothing to buy)")
+            + f", in {where}")
 
 
 def _training_text(s: dict[str, Any], h) -> list[str]:
@@ -268,7 +319,7 @@ def _training_text(s: dict[str, Any], h) -> list[str]:
     return [
         f"{p['model']} on {p['tokens']:.3g} tokens; goal: {goal}.",
         h("Recommendation"),
-        f"Buy {plan['gpus']} x {plan['gpu']} in {plan['servers']} x {plan['server']}, network: {net}.",
+        f"{acquire(plan)}, network: {net}.",
         f"Predicted training time {plan['days']:,.1f} days at {plan['tokens_per_s']:,.0f} tokens/s "
         f"({plan['tflops_per_gpu']:,.0f} TFLOP/s per GPU, MFU {plan['mfu']:.1%}); 90 % band "
         f"{plan['days_band_90'][0]:,.1f}-{plan['days_band_90'][1]:,.1f} days "

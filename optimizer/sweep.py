@@ -26,7 +26,7 @@ from optimizer.errors import GpuoptError, ProblemError
 from optimizer.milp import Status, solve
 from optimizer.plans import PlanTable, build_groups, enumerate_candidates
 from optimizer.problem import Problem, parse_quantity
-from optimizer.recommend import Recommendation, targets_of, verify
+from optimizer.recommend import Recommendation, colocation_per_watt, electricity_per_watt, targets_of, verify
 from optimizer.report import bill_of_materials
 
 # axis name -> (column, unit text, +1 if a larger value relaxes the problem, -1 if it tightens it)
@@ -223,7 +223,10 @@ def solve_point(problem: Problem, catalog: Catalog, table: PlanTable, index: int
     costs: dict[str, float] = {}
     for row in bill_of_materials(rec, catalog):
         costs[row.category] = costs.get(row.category, 0.0) + row.extended_price_usd
-    costs["electricity"] = sol.opex
+    costs["electricity"] = electricity_per_watt(problem) * sol.power_w
+    costs["colocation"] = colocation_per_watt(problem) * sol.power_w
+    costs["maintenance"] = sol.opex - costs["electricity"] - costs["colocation"]
+    costs = {k: v for k, v in costs.items() if v or k == "electricity"}
     gpus = sorted({table.groups[p.group].gpu for p in sol.purchases})
     nets = sorted({table.groups[p.group].fabric or "-" for p in sol.purchases})
     if sol.candidate is not None and perf is not None:

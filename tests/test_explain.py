@@ -186,4 +186,4 @@ def test_shipped_problem_report_names_the_optimum(tmp_path):
                                   "--sweep-points", "3", "--workers", "1"])
     assert r.exit_code == 0, r.output
     html = out.read_text()
-    assert "h100-sxm, rtx-4090" in html and "$474,764" in html
+    assert "h100-sxm, rtx-4090" in html and "$547,712" in html

@@ -4,15 +4,35 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 
 import pytest
 
-from optimizer.milp import Status, Targets, group_costs, purchase, solve
+from optimizer.milp import Status, Targets, purchase, solution_costs, solve
 from optimizer.perf.specs import TrainPlan
 from optimizer.plans import Candidate, Group, PlanTable
+from optimizer.procurement import RackLimits
 
 
-def random_instance(rng: random.Random) -> tuple[PlanTable, Targets]:
+def _procurement(g: Group, ext: random.Random) -> Group:
+    """Make a random group owned in part, rented, or capped (issue 6), or leave it bought."""
+    kind = ext.choice(["buy", "buy", "owned", "rented", "capped"])
+    if kind == "owned":
+        gpus = ext.randint(1, 3 * g.slots)
+        return replace(g, owned_gpus=gpus, owned_servers=ext.randint(0, -(-gpus // g.slots)),
+                       owned_nics=g.fabric is not None and ext.random() < 0.5, pool=f"pool-{g.gpu}")
+    if kind == "rented":
+        return replace(g, gpu_usd=0.0, server_usd=0.0, gpu_w=0.0, server_w=0.0, port_usd=0.0, port_w=0.0,
+                       switch_usd=0.0, switch_w=0.0, offer=f"offer-{g.gpu}", rent_usd_per_gpu_h=ext.uniform(0.5, 12),
+                       rent_hours=ext.choice([0.0, 8766.0, 3 * 8766.0]), rent_step=g.slots if g.full_only else 1)
+    if kind == "capped":
+        return replace(g, buy_cap=ext.randint(1, 40))
+    return g
+
+
+def random_instance(rng: random.Random, ext: random.Random | None = None) -> tuple[PlanTable, Targets]:
+    """A random plan table and targets; ``ext`` (if given) adds owned, rented and capped groups,
+    maintenance, installation and racks."""
     groups: dict[str, Group] = {}
     candidates: list[Candidate] = []
     for gi in range(rng.randint(1, 3)):
@@ -22,7 +42,10 @@ def random_instance(rng: random.Random) -> tuple[PlanTable, Targets]:
                   rng.uniform(1e3, 8e4), rng.uniform(70, 1000), rng.uniform(200, 5000),
                   rng.choice([1, 2, 4]) if fabric else 0, rng.uniform(100, 3000) if fabric else 0.0,
                   rng.uniform(5, 30) if fabric else 0.0, rng.choice([8, 16, 32]) if fabric else 0,
-                  rng.uniform(2e3, 4e4) if fabric else 0.0, rng.uniform(50, 1000) if fabric else 0.0)
+                  rng.uniform(2e3, 4e4) if fabric else 0.0, rng.uniform(50, 1000) if fabric else 0.0,
+                  rack_units=rng.choice([2, 4, 8]))
+        if ext is not None:
+            g = _procurement(g, ext)
         groups[g.key] = g
         for ci in range(rng.randint(1, 4)):
             tp = rng.choice([t for t in (1, 2, 4) if t <= slots])
@@ -43,6 +66,13 @@ def random_instance(rng: random.Random) -> tuple[PlanTable, Targets]:
         deadline, budget = None, rng.uniform(2e4, 2e6)
     cap = rng.choice([None, rng.uniform(2e3, 1e5)])
     targets = Targets(objective, tokens, deadline, budget, rng.choice(["capex", "tco"]), cap, rng.uniform(0, 10))
+    if ext is not None:
+        racks = None
+        if ext.random() < 0.5:
+            racks = RackLimits(ext.choice([None, ext.randint(1, 6)]), ext.uniform(5e3, 4e4), 42, ext.uniform(0, 8e3),
+                               ext.choice([None, ext.randint(1, 8)]))
+        targets = replace(targets, maintenance=ext.uniform(0, 0.5), install_usd_per_server=ext.uniform(0, 3e3),
+                          racks=racks)
     return PlanTable(tuple(candidates), groups), targets
 
 
@@ -51,17 +81,26 @@ def brute_force(table: PlanTable, t: Targets) -> float | None:
     for c in table.candidates:
         g = table.groups[c.group]
         for dp in range(c.dp_min, c.dp_max + 1):
-            n = purchase(g, c.gpus_per_replica * dp)
+            used = c.gpus_per_replica * dp
+            n = purchase(g, used)
             if g.fabric is None and n.servers > 1:
                 continue  # without a network the plan must fit one server
-            capex, power = group_costs(g, n.gpus, n.servers, n.leaf_switches, n.spine_switches)
-            tco = capex + t.opex_usd_per_w * power
+            if g.rented and n.gpus != used:
+                continue  # rented GPUs are billed: whole instances only
+            if g.buy_cap is not None and n.gpus - n.owned_gpus > g.buy_cap:
+                continue
+            costs = solution_costs(table, t, (n,), c)
+            if t.racks is not None and t.racks.max_racks is not None and costs.racks > t.racks.max_racks:
+                continue
+            tco = costs.capex + costs.opex(t) + costs.rent
+            power = costs.power_w
             rate = c.replica_tokens_per_s * dp
             if t.required_tokens_per_s is not None and rate < t.required_tokens_per_s:
                 continue
             if t.power_cap_w is not None and power > t.power_cap_w:
                 continue
-            if t.budget_usd is not None and (tco if t.budget_covers == "tco" else capex) > t.budget_usd:
+            spend = tco if t.budget_covers == "tco" else costs.capex + costs.rent
+            if t.budget_usd is not None and spend > t.budget_usd:
                 continue
             value = rate if t.objective == "min_time" else tco
             if best is None or (value > best if t.objective == "min_time" else value < best):
@@ -69,9 +108,9 @@ def brute_force(table: PlanTable, t: Targets) -> float | None:
     return best
 
 
-def _check(seed: int, backend: str) -> None:
+def _check(seed: int, backend: str, extended: bool = False) -> None:
     rng = random.Random(seed)
-    table, targets = random_instance(rng)
+    table, targets = random_instance(rng, random.Random(seed * 7 + 1) if extended else None)
     expected = brute_force(table, targets)
     sol = solve(table, targets, backend, time_limit_s=20, mip_gap=0.0)
     if expected is None:
@@ -92,6 +131,31 @@ def test_ortools_equals_brute_force(seed):
 @pytest.mark.parametrize("seed", range(0, 200, 5))
 def test_pulp_equals_brute_force(seed):
     _check(seed, "pulp")
+
+
+@pytest.mark.parametrize("seed", range(150))
+def test_procurement_ortools_equals_brute_force(seed):
+    """Owned inventory, rented offers (on demand and committed), availability caps, maintenance,
+    installation and racks: the MIP still finds the brute-force optimum."""
+    _check(seed, "ortools", extended=True)
+
+
+@pytest.mark.parametrize("seed", range(0, 150, 5))
+def test_procurement_pulp_equals_brute_force(seed):
+    _check(seed, "pulp", extended=True)
+
+
+def test_procurement_instances_cover_every_kind():
+    kinds, racks = set(), set()
+    for seed in range(150):
+        table, targets = random_instance(random.Random(seed), random.Random(seed * 7 + 1))
+        for g in table.groups.values():
+            kinds.add("rented-job" if g.rented and not g.rent_hours else "rented" if g.rented
+                      else "owned" if g.pool else "capped" if g.buy_cap is not None else "bought")
+        if targets.racks is not None:
+            racks.add(targets.racks.max_racks is not None)
+    assert kinds == {"rented-job", "rented", "owned", "capped", "bought"}
+    assert racks == {True, False}
 
 
 def test_instances_cover_both_objectives_and_infeasibility():

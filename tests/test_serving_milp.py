@@ -56,12 +56,12 @@ def brute_force(table: PlanTable, t: Targets) -> float | None:
             used[r.group] = used.get(r.group, 0) + r.gpus_per_replica * n
         if any(supply.get(k, 0.0) < d for k, d in t.demands):
             continue
-        capex = power = 0.0
+        capex = value = power = 0.0
         for h, gpus in used.items():
             p = purchase(table.groups[h], gpus)
-            c, w = group_costs(table.groups[h], p.gpus, p.servers, p.leaf_switches, p.spine_switches)
-            capex, power = capex + c, power + w
-        tco = capex + t.opex_usd_per_w * power
+            c, v, w = group_costs(table.groups[h], p)
+            capex, value, power = capex + c, value + v, power + w
+        tco = capex + t.opex_usd_per_w * power + t.maintenance * value
         if t.power_cap_w is not None and power > t.power_cap_w:
             continue
         if t.budget_usd is not None and (tco if t.budget_covers == "tco" else capex) > t.budget_usd:

@@ -153,7 +153,7 @@ def test_cli_sweep_writes_csv_and_png(tmp_path, tiny_problem):
 def test_cli_sweep_bad_input_exits_2(tiny_problem):
     for args, text in ((["--budget", "1:2"], "START:STOP:COUNT"), (["--price", "h100-sxm"], "ID=CHANGE"),
                        (["--deadline", "5:20:4", "--plot", "x.jpg"], "PNG"), ([], "nothing to sweep"),
-                       (["--price", "nosuch=-10%"], "no GPU, server, NIC or switch")):
+                       (["--price", "nosuch=-10%"], "no GPU, server, NIC, switch or cloud offer")):
         r = CliRunner().invoke(main, ["sweep", str(tiny_problem), *args])
         assert r.exit_code == 2 and text in r.output and "Traceback" not in r.output, (args, r.output)
 

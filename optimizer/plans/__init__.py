@@ -7,10 +7,11 @@ Both prune dominated candidates exactly and share the hardware groups defined he
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
-from optimizer.catalog import Catalog
+from optimizer.catalog import HOURS_PER_YEAR, Catalog
 from optimizer.perf.serve import ServePlan
 from optimizer.perf.specs import TrainPlan
 from optimizer.problem import Problem
@@ -37,26 +38,60 @@ class Group:
     switch_w: float
 
     role: str = "train"  # train: without a fabric, one server; serve: independent replicas
+    rack_units: int = 0  # height of one server
+    # Owned inventory this group may draw on (shared with the other groups of the same pool)
+    owned_gpus: int = 0
+    owned_servers: int = 0
+    owned_nics: bool = False  # the owned servers already carry this fabric's NICs
+    pool: str | None = None
+    # Rented from a cloud offer: no capex, no site power; billed per GPU-hour
+    offer: str | None = None
+    rent_usd_per_gpu_h: float = 0.0
+    rent_hours: float = 0.0  # hours billed per rented GPU (0: a training job's own GPU-hours, on demand)
+    rent_step: int = 0  # GPUs per rented instance
+    buy_cap: int | None = None  # most GPUs bought (or rented) beyond the owned ones; None: no cap
 
     @property
     def key(self) -> str:
+        if self.offer is not None:
+            return f"{self.gpu}/rent:{self.offer}" + ("/replicas" if self.role == "serve" else "")
         if self.fabric is not None:
             return f"{self.gpu}/{self.server}/{self.fabric}"
         return f"{self.gpu}/{self.server}/{'single-node' if self.role == 'train' else 'replicas'}"
+
+    @property
+    def rented(self) -> bool:
+        return self.offer is not None
 
     @property
     def single_server(self) -> bool:
         return self.fabric is None and self.role == "train"
 
     @property
+    def first_gpus(self) -> int:
+        """The fewest GPUs one can get: a full baseboard, a rented instance, or one card."""
+        if self.rented:
+            return self.rent_step
+        return self.slots if self.full_only else 1
+
+    @property
     def min_capex(self) -> float:
-        gpus = self.slots if self.full_only else 1
-        return gpus * self.gpu_usd + self.server_usd
+        """Capex plus capacity rent of the smallest purchase (owned parts are free)."""
+        if self.rented:
+            return self.first_gpus * self.rent_usd_per_gpu_h * self.rent_hours
+        gpus = max(0, self.first_gpus - self.owned_gpus)
+        return gpus * self.gpu_usd + (0.0 if self.owned_servers else self.server_usd)
 
     @property
     def min_power_w(self) -> float:
-        gpus = self.slots if self.full_only else 1
-        return gpus * self.gpu_w + self.server_w
+        if self.rented:
+            return 0.0
+        return self.first_gpus * self.gpu_w + self.server_w
+
+    @property
+    def server_power_w(self) -> float:
+        """One full server's IT power (what a rack must take)."""
+        return self.slots * self.gpu_w + self.server_w + self.ports_per_server * self.port_w
 
 
 @dataclass(frozen=True)
@@ -109,12 +144,30 @@ class PlanTable:
 
 
 def build_groups(problem: Problem, catalog: Catalog, gpu_id: str, role: str = "train") -> list[Group]:
-    """The hardware groups a GPU can be bought in: each server type that takes it, alone or (for
-    training) on each fabric the server supports; serving replicas need no fabric."""
+    """The hardware groups a GPU can be had in: bought or owned in each server type that takes it,
+    alone or (for training) on each fabric the server supports, where the site's licence allows;
+    and rented from each cloud offer the problem allows. Serving replicas need no fabric."""
+    groups = _rented_groups(problem, catalog, gpu_id, role)
+    if licence_reason(problem, catalog, gpu_id) is None:
+        groups = _site_groups(problem, catalog, gpu_id, role) + groups
+    return groups
+
+
+def _owned(problem: Problem, gpu_id: str, server_id: str):
+    """The inventory line a group of this GPU in this server draws on: cards already in such
+    servers, else loose cards of the GPU (which any server that takes them can hold)."""
+    lines = [o for o in problem.inventory if o.gpu == gpu_id]
+    return next((o for o in lines if o.server == server_id), None) or next((o for o in lines if o.server is None), None)
+
+
+def _site_groups(problem: Problem, catalog: Catalog, gpu_id: str, role: str) -> list[Group]:
     groups = []
     gpu = catalog.gpus[gpu_id]
     for server in catalog.servers_for(gpu_id):
         if server.id in problem.exclude_servers:
+            continue
+        owned = _owned(problem, gpu_id, server.id)
+        if owned is None and not problem.may_buy(gpu_id):
             continue
         fabrics: list[str | None] = [None]
         if role == "train":
@@ -132,7 +185,37 @@ def build_groups(problem: Problem, catalog: Catalog, gpu_id: str, role: str = "t
                 switch_ports, switch_usd, switch_w = switch.ports, switch.price.usd, switch.power_w
             groups.append(Group(gpu_id, server.id, fid, server.slots, server.full_only, gpu.price.usd,
                                 server.price.usd, gpu.tdp_w, server.base_power_w, int(ports), port_usd,
-                                port_w, switch_ports, switch_usd, switch_w, role))
+                                port_w, switch_ports, switch_usd, switch_w, role, server.rack_units,
+                                owned.count if owned else 0, owned.servers if owned else 0,
+                                bool(owned and fid is not None and owned.fabric == fid),
+                                owned.pool if owned else None, buy_cap=problem.buy_cap(gpu_id)))
+    return groups
+
+
+def rent_hours(problem: Problem, term_hours: float, role: str) -> float:
+    """Hours billed per rented GPU: the horizon for serving on demand; whole committed terms
+    covering the horizon (serving) or the deadline (training); 0 for training on demand, which
+    pays its own GPU-hours."""
+    horizon = problem.horizon_years * HOURS_PER_YEAR
+    if term_hours == 0:
+        return horizon if role == "serve" else 0.0
+    period = horizon if role == "serve" else (problem.deadline_s / 3600 if problem.deadline_s else term_hours)
+    return term_hours * max(1, math.ceil(period / term_hours - 1e-9))
+
+
+def _rented_groups(problem: Problem, catalog: Catalog, gpu_id: str, role: str) -> list[Group]:
+    groups = []
+    for oid in problem.offers:
+        offer = catalog.offers[oid]
+        if offer.gpu != gpu_id:
+            continue
+        server = catalog.servers[offer.server]
+        fabric = offer.fabric if role == "train" else None
+        groups.append(Group(gpu_id, server.id, fabric, server.slots, offer.gpus_per_instance == server.slots,
+                            0.0, 0.0, 0.0, 0.0, 0, 0.0, 0.0, 0, 0.0, 0.0, role, server.rack_units,
+                            offer=oid, rent_usd_per_gpu_h=offer.price.usd,
+                            rent_hours=rent_hours(problem, offer.term_hours, role),
+                            rent_step=offer.gpus_per_instance, buy_cap=offer.max_gpus))
     return groups
 
 
@@ -147,10 +230,11 @@ def licence_reason(problem: Problem, catalog: Catalog, gpu_id: str) -> str | Non
 
 
 def licensed_gpus(problem: Problem, catalog: Catalog, dropped: Counter, gpu_reasons: dict[str, str]):
-    """The problem's GPUs the site may deploy, recording the licence reason for the others."""
+    """The problem's GPUs the site may deploy (or rent), recording the licence reason for the others."""
+    rentable = {catalog.offers[o].gpu for o in problem.offers}
     for gpu_id in problem.gpus:
         reason = licence_reason(problem, catalog, gpu_id)
-        if reason is None:
+        if reason is None or gpu_id in rentable:
             yield gpu_id, catalog.gpus[gpu_id]
         else:
             gpu_reasons[gpu_id] = reason
@@ -160,13 +244,17 @@ def licensed_gpus(problem: Problem, catalog: Catalog, dropped: Counter, gpu_reas
 def max_gpus(problem: Problem, g: Group) -> int:
     """Most GPUs of this group any feasible answer can use.
 
-    n GPUs cost at least n·(GPU + server/slots) and draw at least n·(GPU + server/slots) watts,
-    so the budget (capex ≤ TCO) and the power cap bound n; a valid bound keeps pruning exact.
+    Beyond the owned ones, n GPUs cost at least n·(GPU + server/slots) (or n·rate·hours rented)
+    and draw at least n·(GPU + server/slots) watts on site, so the budget (capex + rent ≤ TCO),
+    the availability cap and the power cap bound n; a valid bound keeps pruning exact.
     """
-    n = problem.max_gpus
+    bought = problem.max_gpus if g.buy_cap is None else g.buy_cap
     if problem.budget_usd is not None:
-        n = min(n, int(problem.budget_usd // (g.gpu_usd + g.server_usd / g.slots)))
-    if problem.power_cap_w is not None:
+        unit = g.rent_usd_per_gpu_h * g.rent_hours if g.rented else g.gpu_usd + g.server_usd / g.slots
+        if unit > 0:
+            bought = min(bought, int(problem.budget_usd // unit))
+    n = min(problem.max_gpus, g.owned_gpus + bought)
+    if problem.power_cap_w is not None and not g.rented:
         n = min(n, int(problem.power_cap_w // (g.gpu_w + g.server_w / g.slots)))
     return max(n, 0)
 
@@ -174,11 +262,16 @@ def max_gpus(problem: Problem, g: Group) -> int:
 def group_affordable(problem: Problem, g: Group) -> bool:
     if problem.power_cap_w is not None and g.min_power_w > problem.power_cap_w:
         return False
+    if problem.racks is not None and not g.rented and g.server_power_w > problem.racks.kw:
+        return False
     return not (problem.budget_usd is not None and problem.budget_covers == "capex"
                 and g.min_capex > problem.budget_usd)
 
 
 def group_reason(problem: Problem, g: Group) -> str:
+    if problem.racks is not None and not g.rented and g.server_power_w > problem.racks.kw:
+        return (f"racks: one {g.server} server draws {g.server_power_w / 1e3:,.1f} kW, a rack takes "
+                f"{problem.racks.kw / 1e3:,.1f} kW. To fix: site.racks.cooling: liquid or a higher kw_per_rack")
     if problem.power_cap_w is not None and g.min_power_w > problem.power_cap_w:
         return (f"power: one {g.server} server needs {g.min_power_w / 1e3:,.1f} kW, "
                 f"cap {problem.power_cap_w / 1e3:,.1f} kW")

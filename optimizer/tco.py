@@ -1,0 +1,184 @@
+"""Total cost of ownership of a recommendation, term by term; the prices it used; and the
+utilisation at which buying the chosen hardware breaks even with renting it.
+
+Every term is recomputed from the chosen purchases and the catalog (``milp.solution_costs``),
+so what is printed adds up to the objective the solver minimised.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from optimizer.catalog import HOURS_PER_YEAR, Catalog, Price
+from optimizer.milp import GroupCount, group_costs, purchase, solution_costs
+from optimizer.plans import Group
+from optimizer.recommend import Recommendation, colocation_per_watt, electricity_per_watt, targets_of
+
+
+def cost_terms(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
+    """Capex (by part), depreciation, electricity, colocation, maintenance, rent and the TCO."""
+    p, sol = rec.problem, rec.solution
+    targets = targets_of(p)
+    costs = solution_costs(rec.table, targets, sol.purchases, sol.candidate)
+    parts = {"gpus": 0.0, "servers": 0.0, "network": 0.0, "installation": 0.0, "racks": 0.0}
+    for b in sol.purchases:
+        g = rec.table.groups[b.group]
+        if g.rented:
+            continue
+        bought_servers = b.servers - b.owned_servers
+        parts["gpus"] += (b.gpus - b.owned_gpus) * g.gpu_usd
+        parts["servers"] += bought_servers * g.server_usd
+        parts["installation"] += bought_servers * targets.install_usd_per_server
+        nic_servers = bought_servers if g.owned_nics else b.servers
+        parts["network"] += (nic_servers * g.ports_per_server * g.port_usd
+                             + (b.leaf_switches + b.spine_switches) * g.switch_usd)
+    if p.racks is not None:
+        parts["racks"] = costs.new_racks * p.racks.usd
+    life = catalog.facility.amortisation_years.value
+    depreciation = costs.capex * min(1.0, p.horizon_years / life)
+    electricity = electricity_per_watt(p) * costs.power_w
+    colocation = colocation_per_watt(p) * costs.power_w
+    maintenance = targets.maintenance * costs.value
+    tco = costs.capex + electricity + colocation + maintenance + costs.rent
+    return {
+        "capex_usd": costs.capex, "capex_parts_usd": parts, "rent_usd": costs.rent,
+        "it_power_kw": costs.power_w / 1e3, "facility_power_kw": costs.power_w / 1e3 * p.pue, "pue": p.pue,
+        "load_factor": p.load_factor, "electricity_usd_per_kwh": p.electricity_usd_per_kwh,
+        "horizon_years": p.horizon_years, "amortisation_years": life,
+        "depreciation_usd": depreciation, "book_value_at_horizon_usd": costs.capex - depreciation,
+        "electricity_usd": electricity, "opex_usd_per_year": electricity / p.horizon_years,
+        "colocation_usd": colocation, "colocation_usd_per_kw_month": p.colocation_usd_per_kw_month,
+        "maintenance_usd": maintenance, "maintenance_per_year": p.maintenance_per_year,
+        "hardware_value_usd": costs.value, "racks": costs.racks, "new_racks": costs.new_racks,
+        "tco_usd": tco,
+    }
+
+
+def _price_row(kind: str, ident: str, price: Price, unit: str = "") -> dict[str, Any]:
+    return {"kind": kind, "id": ident, "usd": price.usd, "unit": unit, "date": price.date, "source": price.source,
+            "assumption": price.assumption, "override": price.override}
+
+
+def prices_used(rec: Recommendation, catalog: Catalog) -> list[dict[str, Any]]:
+    """Every catalog price the answer rests on, with its date and source; overrides flagged."""
+    rows: dict[str, dict[str, Any]] = {}
+    for b in rec.solution.purchases:
+        g = rec.table.groups[b.group]
+        if g.rented:
+            offer = catalog.offers[g.offer or ""]
+            rows[offer.id] = _price_row("offer", offer.id, offer.price, "per GPU-hour")
+            continue
+        gpu, server = catalog.gpus[g.gpu], catalog.servers[g.server]
+        rows[gpu.id] = _price_row("gpu", gpu.id, gpu.price)
+        rows[server.id] = _price_row("server", server.id, server.price)
+        if g.fabric is not None:
+            fabric = catalog.fabrics[g.fabric]
+            if fabric.nic is not None:
+                rows[fabric.nic] = _price_row("nic", fabric.nic, catalog.nics[fabric.nic].price)
+            rows[fabric.switch] = _price_row("switch", fabric.switch, catalog.switches[fabric.switch].price)
+    return list(rows.values())
+
+
+def _cheapest_offer(catalog: Catalog, gpu: str):
+    offers = [o for o in catalog.offers.values() if o.gpu == gpu and o.term == "on-demand"]
+    return min(offers, key=lambda o: (o.price.usd, o.id)) if offers else None
+
+
+def _owning_cost(rec: Recommendation, g: Group, count: GroupCount) -> tuple[float, float]:
+    """(fixed USD over the horizon: capex, maintenance, colocation; electricity if busy all the time)."""
+    p = rec.problem
+    targets = targets_of(p)
+    capex, value, power = group_costs(g, count, targets.install_usd_per_server)
+    fixed = capex + targets.maintenance * value + colocation_per_watt(p) * power
+    return fixed, electricity_per_watt(p) * power
+
+
+def break_even(rec: Recommendation, catalog: Catalog) -> list[dict[str, Any]]:
+    """Per GPU type in the answer: the share of the horizon the hardware must be busy for buying
+    to cost less than renting the same GPU-hours on demand.
+
+    Buying costs F + u·E over the horizon (F: capex, maintenance, colocation; E: electricity at
+    full use); renting costs u·G·H·r. They are equal at u* = F / (G·H·r − E); above u*, buy.
+    """
+    p = rec.problem
+    hours = p.horizon_years * HOURS_PER_YEAR
+    out = []
+    for b in rec.solution.purchases:
+        g = rec.table.groups[b.group]
+        if g.rented:  # what buying the same GPUs in the offer's server type would cost
+            offer = catalog.offers[g.offer or ""]
+            server = catalog.servers[g.server]
+            site = Group(g.gpu, g.server, None, g.slots, server.full_only, catalog.gpus[g.gpu].price.usd,
+                         server.price.usd, catalog.gpus[g.gpu].tdp_w, server.base_power_w, 0, 0.0, 0.0, 0, 0.0,
+                         0.0, rack_units=server.rack_units)
+            count = purchase(site, b.gpus)
+        else:
+            offer = _cheapest_offer(catalog, g.gpu)
+            site, count = g, b
+        if offer is None:
+            continue
+        fixed, energy = _owning_cost(rec, site, count)
+        rent_full = count.gpus * hours * offer.price.usd
+        u = fixed / (rent_full - energy) if rent_full > energy else math.inf
+        busy = None
+        if p.kind == "train" and rec.perf is not None:
+            busy = min(1.0, rec.days * 24 / hours)
+        out.append({"gpu": g.gpu, "gpus": count.gpus, "chosen": "rent" if g.rented else "buy", "offer": offer.id,
+                    "usd_per_gpu_hour": offer.price.usd, "buy_fixed_usd": fixed, "electricity_full_use_usd": energy,
+                    "rent_full_use_usd": rent_full, "break_even_utilisation": u if math.isfinite(u) else None,
+                    "this_job_utilisation": busy})
+    return out
+
+
+def break_even_lines(rows: list[dict[str, Any]], horizon_years: float) -> list[str]:
+    lines = []
+    for r in rows:
+        u = r["break_even_utilisation"]
+        owned = "buying" if r["chosen"] == "buy" else "buying instead"
+        head = (f"{r['gpus']} x {r['gpu']}: {owned} (${r['buy_fixed_usd']:,.0f} capex, maintenance and colocation, "
+                f"plus up to ${r['electricity_full_use_usd']:,.0f} electricity) vs renting {r['offer']} at "
+                f"${r['usd_per_gpu_hour']:g}/GPU-hour (${r['rent_full_use_usd']:,.0f} busy all "
+                f"{horizon_years:g} years)")
+        if u is None or u > 1:
+            tail = "renting is cheaper even at 100 % utilisation"
+        else:
+            tail = f"buying pays off above {u:.0%} utilisation over the horizon"
+        if r["this_job_utilisation"] is not None:
+            tail += f"; this training job alone fills {r['this_job_utilisation']:.1%} of it"
+        lines.append(f"{head}: {tail}.")
+    return lines
+
+
+def cost_lines(cost: dict[str, Any]) -> list[str]:
+    """The TCO table: every term, with how it was computed."""
+    parts = ", ".join(f"{k} ${v:,.0f}" for k, v in cost["capex_parts_usd"].items() if v)
+    colo = (f"{cost['it_power_kw']:,.1f} kW x ${cost['colocation_usd_per_kw_month']:g}/kW-month"
+            if cost["colocation_usd_per_kw_month"] else "not colocated (site.colocation)")
+    rows = [
+        ("capex", cost["capex_usd"], parts or "nothing bought"),
+        ("rent", cost["rent_usd"], "cloud offers (in the bill of materials)" if cost["rent_usd"] else "none"),
+        ("electricity", cost["electricity_usd"],
+         f"{cost['it_power_kw']:,.1f} kW IT x load {cost['load_factor']:g} x PUE {cost['pue']:g} x "
+         f"${cost['electricity_usd_per_kwh']:g}/kWh"),
+        ("colocation", cost["colocation_usd"], colo),
+        ("maintenance", cost["maintenance_usd"],
+         f"{cost['maintenance_per_year']:.0%} a year of ${cost['hardware_value_usd']:,.0f} of on-site hardware "
+         "(owned too)"),
+    ]
+    out = [f"{name:<12} {'$' + format(usd, ',.0f'):>14}  {how}" for name, usd, how in rows]
+    out.append(f"{'TCO':<12} {'$' + format(cost['tco_usd'], ',.0f'):>14}  over {cost['horizon_years']:g} years")
+    out.append(f"Depreciation over the horizon ${cost['depreciation_usd']:,.0f} (straight line, "
+               f"{cost['amortisation_years']:g}-year life); book value at its end "
+               f"${cost['book_value_at_horizon_usd']:,.0f}."
+               + (f" Racks: {cost['racks']} ({cost['new_racks']} new)." if cost["racks"] else ""))
+    return out
+
+
+def price_lines(rows: list[dict[str, Any]]) -> list[str]:
+    out = []
+    for r in rows:
+        tag = " (override)" if r["override"] else (" (assumption)" if r["assumption"] else "")
+        unit = f" {r['unit']}" if r["unit"] else ""
+        out.append(f"- {r['kind']} {r['id']}: ${r['usd']:,.2f}{unit} [{r['date']}]{tag} {r['source']}")
+    return out
