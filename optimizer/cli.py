@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from optimizer.catalog import Catalog, load_catalog
-from optimizer.cli_common import catalog_option, handle_errors
+from optimizer.cli_common import catalog_option, handle_errors, price_option
 from optimizer.errors import CatalogError, ProblemError, suggest
 from optimizer.perf.specs import TrainPlan
 from optimizer.perf.train import train_step
@@ -45,25 +45,25 @@ def main() -> None:
 @click.option("--confidence", type=click.Choice(["50", "75", "80", "90", "95"]), default=None,
               help="Plan so the deadline or demand holds with this probability (percent), from the model's "
                    "error on published runs; overrides the problem's 'confidence'.")
+@price_option
 @catalog_option
 @handle_errors
 def solve(problem_file: Path, fmt: str, bom_file: Path | None, solver: str | None, time_limit: float | None,
-          confidence: str | None, catalog_dir: Path | None) -> None:
+          confidence: str | None, prices: tuple[str, ...], catalog_dir: Path | None) -> None:
     """Find the optimal cluster for PROBLEM_FILE and print it.
 
     \b
     Example:
       gpuopt solve problems/lab_budget.yaml --format markdown --bom bom.csv
     """
-    from optimizer.problem import load_problem
+    from optimizer.problem import load_priced
     from optimizer.recommend import recommend
     from optimizer.report import render, summary, write_bom
 
     if bom_file is not None and bom_file.suffix.lower() not in (".csv", ".xlsx", ".json", ".md"):
         raise ProblemError(f"--bom {bom_file}: unknown extension '{bom_file.suffix}'. "
                            "To fix: use .csv, .xlsx, .json or .md.")
-    catalog = load_catalog(catalog_dir)
-    problem = load_problem(problem_file, catalog)
+    problem, catalog = load_priced(problem_file, load_catalog(catalog_dir), prices)
     if confidence is not None:
         from dataclasses import replace
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from optimizer.catalog import load_catalog
-from optimizer.cli_common import catalog_option, handle_errors
+from optimizer.cli_common import catalog_option, handle_errors, price_option
 from optimizer.errors import ProblemError, SolverError
 
 solver_option = click.option("--solver", type=click.Choice(["ortools", "pulp"]), default=None,
@@ -63,12 +63,11 @@ def sweep(problem_file: Path, budget: str | None, deadline: str | None, tokens: 
       gpuopt sweep problems/lab_budget.yaml --budget 250k,500k,1M --power 20,30,60 --csv grid.csv
       gpuopt sweep problems/llama2_70b_pretrain.yaml --deadline 20:60:5 --price b200=-30%,0%
     """
-    from optimizer.problem import load_problem
+    from optimizer.problem import load_priced
     from optimizer.sweep import parse_axes, render_text, run_sweep, table_rows, to_csv
 
     _png_path(plot_file)
-    catalog = load_catalog(catalog_dir)
-    problem = load_problem(problem_file, catalog)
+    problem, catalog = load_priced(problem_file, load_catalog(catalog_dir))
     axes = parse_axes(problem, catalog, budget, deadline, tokens, power, demand, prices)
     points = math.prod(len(a.values) for a in axes)
     if points > 10_000:
@@ -110,9 +109,10 @@ def sweep(problem_file: Path, budget: str | None, deadline: str | None, tokens: 
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @solver_option
 @time_limit_option
+@price_option
 @catalog_option
 @handle_errors
-def explain(problem_file: Path, fmt: str, solver: str | None, time_limit: float | None,
+def explain(problem_file: Path, fmt: str, solver: str | None, time_limit: float | None, prices: tuple[str, ...],
             catalog_dir: Path | None) -> None:
     """Why the optimum of PROBLEM_FILE is what it is.
 
@@ -127,10 +127,9 @@ def explain(problem_file: Path, fmt: str, solver: str | None, time_limit: float 
     """
     from optimizer.explain import explain as run_explain
     from optimizer.explain import render_text, to_json
-    from optimizer.problem import load_problem
+    from optimizer.problem import load_priced
 
-    catalog = load_catalog(catalog_dir)
-    problem = load_problem(problem_file, catalog)
+    problem, catalog = load_priced(problem_file, load_catalog(catalog_dir), prices)
     result = run_explain(problem, catalog, solver, time_limit)
     click.echo(json.dumps(to_json(result), indent=2) if fmt == "json" else render_text(result), nl=fmt == "json")
     if result.best is None:
@@ -181,10 +180,11 @@ def compare(model_ref: str, workload: str, gpus: int, input_len: int, output_len
               help="Processes for the sweep (0: one per core).")
 @solver_option
 @time_limit_option
+@price_option
 @catalog_option
 @handle_errors
 def report_cmd(problem_file: Path, output: Path, sweep_points: int, workers: int, solver: str | None,
-               time_limit: float | None, catalog_dir: Path | None) -> None:
+               time_limit: float | None, prices: tuple[str, ...], catalog_dir: Path | None) -> None:
     """Write one self-contained HTML report for PROBLEM_FILE: the recommendation, the bill of
     materials, the cost breakdown, a trade-off sweep with its chart, and every GPU on its own.
 
@@ -195,15 +195,14 @@ def report_cmd(problem_file: Path, output: Path, sweep_points: int, workers: int
     from optimizer.explain import explain as run_explain
     from optimizer.html import render_html
     from optimizer.plots import sweep_png
-    from optimizer.problem import load_problem
+    from optimizer.problem import load_priced
     from optimizer.recommend import recommend
     from optimizer.report import summary
     from optimizer.sweep import default_axis, run_sweep
 
     if output.suffix.lower() not in (".html", ".htm"):
         raise ProblemError(f"-o {output}: the report is HTML. To fix: name it {output.with_suffix('.html')}.")
-    catalog = load_catalog(catalog_dir)
-    problem = load_problem(problem_file, catalog)
+    problem, catalog = load_priced(problem_file, load_catalog(catalog_dir), prices)
     rec = recommend(problem, catalog, solver, time_limit)
     click.echo("solved; explaining every GPU type", err=True)
     explanation = run_explain(problem, catalog, solver, time_limit, rec.table)

@@ -9,7 +9,7 @@ solver options. Catalog entries are referred to by id; their numbers are never c
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -35,6 +35,8 @@ from optimizer.procurement import (
     ProcurementEntry,
     RackLimits,
     RacksEntry,
+    apply_prices,
+    parse_cli_price,
     resolve_procurement,
 )
 from optimizer.validation import read_yaml, validate
@@ -341,6 +343,19 @@ def load_problem(path: Path | str, catalog: Catalog) -> Problem:
     """Read and validate a problem file against ``catalog``."""
     path = Path(path)
     return problem_from_data(read_yaml(path, ProblemError), path, catalog)
+
+
+def load_priced(path: Path | str, catalog: Catalog, cli_prices: tuple[str, ...] = ()) -> tuple[Problem, Catalog]:
+    """The problem and the catalog at its prices: the problem file's price book, then any
+    ``--price ID=VALUE`` from the command line (which wins). The problem keeps the list, so the
+    output can say which prices it used."""
+    problem = load_problem(path, catalog)
+    book = {p.item: p for p in problem.prices}
+    for spec in cli_prices:
+        override = parse_cli_price(spec, catalog)
+        book[override.item] = override
+    prices = tuple(book[k] for k in sorted(book))
+    return replace(problem, prices=prices), apply_prices(catalog, prices)
 
 
 def problem_from_data(data: dict, path: Path, catalog: Catalog) -> Problem:

@@ -261,3 +261,27 @@ def resolve_procurement(path: Path, spec, gpus: tuple[str, ...], catalog: Catalo
         prices=resolve_prices(path, spec.prices, catalog),
         region=site.region,
     )
+
+
+def parse_cli_price(spec: str, catalog: Catalog) -> PriceOverride:
+    """'ID=25000', 'ID=25k' or 'ID=-20%' from the command line: one price override."""
+    item, sep, value = (part.strip() for part in spec.partition("="))
+    if not sep or not item or not value:
+        raise ProblemError(f"--price '{spec}': expected ID=PRICE or ID=CHANGE, e.g. h100-sxm=21000 or h100-sxm=-15%.")
+    try:
+        _, entry = priced_item(catalog, item)
+    except CatalogError as exc:
+        raise ProblemError(f"--price '{spec}': {exc}") from None
+    base = entry.price.usd  # type: ignore[attr-defined]
+    try:
+        if "%" in value:
+            usd = base * parse_change(value)
+        else:
+            from optimizer.problem import parse_quantity
+
+            usd = parse_quantity(value)
+    except ValueError as exc:
+        raise ProblemError(f"--price '{spec}': {exc}.") from None
+    if usd < 0:
+        raise ProblemError(f"--price '{spec}': the price comes out negative (${usd:,.2f}).")
+    return PriceOverride(item, usd, "undated", f"--price {item}={value} (catalog ${base:,.2f})")
