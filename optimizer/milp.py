@@ -555,6 +555,9 @@ def solve(table: PlanTable, targets: Targets, backend: str = "ortools", time_lim
     c = chosen[0] if chosen else None
     dp_value = round(values["dp", c.key]) if c else 0
     replicas = tuple((r, round(values["n", r.key])) for r in table.serving if round(values["n", r.key]) > 0)
+    for h, g in table.groups.items():  # a rented group's instances cost nothing apart from its GPUs
+        if g.rented:
+            values["S", h] = math.ceil(round(values["G", h]) / g.slots)
     purchases = tuple(GroupCount(h, round(values["G", h]), round(values["S", h]),
                                  round(values.get(("L", h), 0.0)), round(values.get(("K", h), 0.0)),
                                  round(values.get(("OG", h), 0.0)), round(values.get(("OS", h), 0.0)))

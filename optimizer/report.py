@@ -351,8 +351,9 @@ def _serving_text(s: dict[str, Any], h) -> list[str]:
         + (f", TPOT ≤ {d['tpot_ms']:g} ms" if d["tpot_ms"] else "") for d in p["demands"])
     lines = [f"Serve {p['model']} at minimum cost. {demand}.", h("Recommendation")]
     for r in plan["replicas"]:
-        lines.append(f"{r['class']}: {r['replicas']} replica(s) of {r['tp'] * r['pp']} x {r['gpu']} in "
-                     f"{r['server']} (TP={r['tp']} PP={r['pp']}, {r['precision']} weights, {r['kv_precision']} KV), "
+        where = f"rented from {r['offer']}" if r.get("offer") else f"in {r['server']}"
+        lines.append(f"{r['class']}: {r['replicas']} replica(s) of {r['tp'] * r['pp']} x {r['gpu']} {where} "
+                     f"(TP={r['tp']} PP={r['pp']}, {r['precision']} weights, {r['kv_precision']} KV), "
                      f"batch {r['batch']}: {r['output_tokens_per_s_each']:,.0f} output tokens/s each, "
                      f"TTFT {r['ttft_ms']:,.0f} ms, TPOT {r['tpot_ms']:,.1f} ms.")
     lines.append(f"In all {plan['gpus']} GPUs ({', '.join(plan['gpu_types'])}) in {plan['servers']} servers; "

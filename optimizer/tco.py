@@ -77,6 +77,11 @@ def prices_used(rec: Recommendation, catalog: Catalog) -> list[dict[str, Any]]:
             if fabric.nic is not None:
                 rows[fabric.nic] = _price_row("nic", fabric.nic, catalog.nics[fabric.nic].price)
             rows[fabric.switch] = _price_row("switch", fabric.switch, catalog.switches[fabric.switch].price)
+    for override in rec.problem.prices:  # the price book in force, whether or not the answer uses the item
+        if override.item not in rows:
+            rows[override.item] = {"kind": "unused", "id": override.item, "usd": override.usd,
+                                   "unit": "", "date": override.date, "source": override.note,
+                                   "assumption": False, "override": True}
     return list(rows.values())
 
 
@@ -179,6 +184,9 @@ def price_lines(rows: list[dict[str, Any]]) -> list[str]:
     out = []
     for r in rows:
         tag = " (override)" if r["override"] else (" (assumption)" if r["assumption"] else "")
+        if r["kind"] == "unused":
+            tag = " (override; not in this answer)"
         unit = f" {r['unit']}" if r["unit"] else ""
-        out.append(f"- {r['kind']} {r['id']}: ${r['usd']:,.2f}{unit} [{r['date']}]{tag} {r['source']}")
+        kind = "" if r["kind"] == "unused" else f"{r['kind']} "
+        out.append(f"- {kind}{r['id']}: ${r['usd']:,.2f}{unit} [{r['date']}]{tag} {r['source']}")
     return out

@@ -9,7 +9,7 @@ import pytest
 
 from optimizer.milp import Status, solve
 from optimizer.plans import enumerate_candidates, enumerate_plans
-from optimizer.problem import load_problem
+from optimizer.problem import load_priced, load_problem
 from optimizer.recommend import recommend, targets_of, verify
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -20,8 +20,8 @@ PROBLEMS = sorted((ROOT / "problems").glob("*.yaml"))
 def tables(catalog):
     out = {}
     for path in PROBLEMS:
-        problem = load_problem(path, catalog)
-        out[path.name] = (problem, enumerate_candidates(problem, catalog))
+        problem, priced = load_priced(path, catalog)
+        out[path.name] = (problem, enumerate_candidates(problem, priced), priced)
     return out
 
 
@@ -32,7 +32,7 @@ def test_there_are_shipped_problems():
 
 @pytest.mark.parametrize("path", PROBLEMS, ids=lambda p: p.name)
 def test_backends_agree_and_answer_verifies(path, tables, catalog):
-    problem, table = tables[path.name]
+    problem, table, catalog = tables[path.name]
     assert table.candidates or table.serving, table.gpu_reasons
     results = {}
     for backend in ("ortools", "pulp"):
@@ -44,7 +44,7 @@ def test_backends_agree_and_answer_verifies(path, tables, catalog):
 
 
 def test_lab_budget_respects_its_limits(tables, catalog):
-    problem, table = tables["lab_budget.yaml"]
+    problem, table, _ = tables["lab_budget.yaml"]
     rec = recommend(problem, catalog, table=table)
     sol = rec.solution
     assert sol.capex <= 500_000
@@ -54,7 +54,7 @@ def test_lab_budget_respects_its_limits(tables, catalog):
 
 
 def test_llama2_70b_meets_the_deadline_in_a_datacenter(tables, catalog):
-    problem, table = tables["llama2_70b_pretrain.yaml"]
+    problem, table, _ = tables["llama2_70b_pretrain.yaml"]
     rec = recommend(problem, catalog, table=table)
     assert rec.days <= 30 + 1e-9
     assert catalog.gpus[rec.table.groups[rec.solution.candidate.group].gpu].datacenter_license
@@ -63,7 +63,7 @@ def test_llama2_70b_meets_the_deadline_in_a_datacenter(tables, catalog):
 
 
 def test_more_budget_is_never_slower(tables, catalog):
-    problem, table = tables["lab_budget.yaml"]
+    problem, table, _ = tables["lab_budget.yaml"]
     t = targets_of(problem)
     from dataclasses import replace
 

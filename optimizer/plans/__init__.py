@@ -219,6 +219,17 @@ def _rented_groups(problem: Problem, catalog: Catalog, gpu_id: str, role: str) -
     return groups
 
 
+def no_group_reason(problem: Problem, catalog: Catalog, gpu_id: str) -> str:
+    """Why a GPU has no hardware group at all: it may not be bought here, or no server takes it."""
+    if not problem.may_buy(gpu_id) and not any(o.gpu == gpu_id for o in problem.inventory):
+        if problem.region is not None and problem.buy_gpus:
+            region = catalog.regions[problem.region]
+            return (f"export rules: region '{region.id}' allows only {', '.join(region.allowed_gpus)} "
+                    f"({region.date})")
+        return "not bought (procurement.buy is false), not owned and no cloud offer rents it"
+    return "no server in the catalog (or allowed by the problem) takes it"
+
+
 LICENCE_REASON = "licence: the GeForce driver EULA forbids data-centre deployment"
 
 
@@ -362,6 +373,6 @@ def enumerate_candidates(problem: Problem, catalog: Catalog) -> PlanTable:
 
 
 __all__ = ["Candidate", "Group", "PlanTable", "ServeCandidate", "build_groups", "dominates", "enumerate_candidates",
-           "licence_reason", "licensed_gpus",
+           "licence_reason", "licensed_gpus", "no_group_reason",
            "enumerate_plans", "enumerate_serving", "group_affordable", "group_reason", "max_gpus", "prune_dominated",
            "prune_serving", "restrict", "serve_dominates", "with_memory"]

@@ -19,6 +19,7 @@ from optimizer.plans import (
     group_affordable,
     group_reason,
     licensed_gpus,
+    no_group_reason,
     prune_serving,
 )
 from optimizer.problem import Problem, confidence_factor
@@ -56,7 +57,7 @@ def enumerate_serving(problem: Problem, catalog: Catalog) -> PlanTable:
         if not usable:
             every = build_groups(problem, catalog, gpu_id, role="serve")
             gpu_reasons[gpu_id] = (group_reason(problem, min(every, key=lambda g: g.min_power_w)) if every
-                                   else "no server in the catalog (or allowed by the problem) takes it")
+                                   else no_group_reason(problem, catalog, gpu_id))
             dropped["budget/power"] += 1
             continue
         best_miss: dict[str, tuple[float, str]] = {}

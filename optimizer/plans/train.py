@@ -25,6 +25,7 @@ from optimizer.plans import (
     group_reason,
     licensed_gpus,
     max_gpus,
+    no_group_reason,
     prune_dominated,
 )
 from optimizer.problem import Problem, confidence_factor
@@ -99,7 +100,7 @@ def enumerate_plans(problem: Problem, catalog: Catalog) -> PlanTable:
             continue
         gpu_groups = build_groups(problem, catalog, gpu_id)
         if not gpu_groups:
-            gpu_reasons[gpu_id] = "no server in the catalog (or allowed by the problem) takes it"
+            gpu_reasons[gpu_id] = no_group_reason(problem, catalog, gpu_id)
             continue
         usable = [g for g in gpu_groups if group_affordable(problem, g)]
         if not usable:
