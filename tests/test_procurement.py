@@ -1,0 +1,277 @@
+"""Issue 6: buying, renting and owning; facility limits; TCO terms; price books. Each feature
+moves the optimum where it should, and every printed term adds up."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from optimizer.cli import main
+from optimizer.errors import InfeasibleError, ProblemError
+from optimizer.problem import load_priced, load_problem, problem_from_data
+from optimizer.recommend import recommend
+from optimizer.report import summary
+from optimizer.tco import cost_terms
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBLEMS = ROOT / "problems"
+
+
+def _data(name: str) -> dict:
+    return yaml.safe_load((PROBLEMS / name).read_text())
+
+
+def _solve(data: dict, catalog, name: str = "test.yaml"):
+    problem = problem_from_data(data, PROBLEMS / name, catalog)
+    return recommend(problem, catalog)
+
+
+def _kinds(rec) -> set[str]:
+    return {"rent" if rec.table.groups[p.group].rented else "buy" for p in rec.solution.purchases}
+
+
+# --- buy versus rent ---------------------------------------------------------------------------
+
+def test_renting_wins_a_short_horizon_and_buying_a_long_one(catalog):
+    data = _data("buy_or_rent_serving.yaml")
+    short = _solve({**data, "cost": {"horizon_years": 0.25}}, catalog)
+    long = _solve({**data, "cost": {"horizon_years": 3}}, catalog)
+    assert _kinds(short) == {"rent"} and short.solution.capex == 0 and short.solution.rent > 0
+    assert _kinds(long) == {"buy"} and long.solution.rent == 0
+    # the break-even utilisation says the same: above 100 % for the short horizon, below for the long one
+    assert summary(short, catalog)["break_even"][0]["break_even_utilisation"] > 1
+    assert summary(long, catalog)["break_even"][0]["break_even_utilisation"] < 1
+
+
+def test_renting_is_never_dearer_than_buying_alone(catalog):
+    """Allowing rent only adds options: the optimum can only fall."""
+    data = _data("buy_or_rent_serving.yaml")
+    for years in (0.25, 1, 3):
+        both = _solve({**data, "cost": {"horizon_years": years}}, catalog).solution.tco
+        buy = _solve({**data, "cost": {"horizon_years": years}, "procurement": {"buy": True, "rent": False}},
+                     catalog).solution.tco
+        assert both <= buy * (1 + 1e-9), years
+
+
+def test_one_pretraining_run_rents_by_the_gpu_hour(catalog):
+    data = _data("rent_or_buy_pretrain.yaml")
+    rec = _solve(data, catalog)
+    g = rec.table.groups[rec.solution.candidate.group]
+    assert g.rented and g.rent_hours == 0  # on demand: billed the job's GPU-hours
+    offer = catalog.offers[g.offer]
+    gpu_hours = rec.solution.counts.gpus * rec.days * 24
+    # the bill is the re-checked job's GPU-hours at the offer's rate, within the plan's band pessimism
+    assert rec.solution.rent == pytest.approx(gpu_hours * offer.price.usd, rel=0.02)
+    assert rec.days <= 10
+    bought = _solve({**data, "procurement": {"buy": True, "rent": False}}, catalog)
+    assert bought.solution.tco > rec.solution.tco
+    row = summary(bought, catalog)["break_even"][0]
+    assert row["this_job_utilisation"] < row["break_even_utilisation"]  # one job cannot pay for the cluster
+
+
+def test_a_committed_term_bills_every_hour_of_the_term(catalog):
+    data = _data("rent_or_buy_pretrain.yaml")
+    data = {**data, "hardware": {"allow_gpus": ["a100-sxm-40gb"], "max_gpus": 512},
+            "procurement": {"buy": False, "rent": True, "offers": ["aws-p4d-a100-1yr"]}}
+    rec = _solve(data, catalog)
+    gpus = rec.solution.counts.gpus
+    assert rec.solution.rent == pytest.approx(gpus * 8766 * catalog.offers["aws-p4d-a100-1yr"].price.usd)
+
+
+# --- owned inventory -----------------------------------------------------------------------------
+
+def test_owned_gpus_are_used_before_buying(catalog):
+    data = _data("owned_inventory_serving.yaml")
+    rec = _solve(data, catalog)
+    owned = {rec.table.groups[p.group].gpu: p.owned_gpus for p in rec.solution.purchases}
+    assert owned == {"a100-sxm-80gb": 8, "rtx-2080-ti": 12, "rtx-3090": 5}
+    bought = sum(p.gpus - p.owned_gpus for p in rec.solution.purchases)
+    assert bought > 0  # the demand needs more than the inventory: buy only what is missing
+    without = _solve({k: v for k, v in data.items() if k != "inventory"}, catalog)
+    assert without.solution.capex > rec.solution.capex + 50_000
+    # owned hardware is free to buy but not to run: its power and maintenance are in the TCO
+    cost = cost_terms(rec, catalog)
+    assert cost["maintenance_usd"] > rec.solution.capex * 0.06 * 3
+
+
+def test_training_buys_only_what_the_owned_server_lacks(catalog, tiny_problem):
+    data = yaml.safe_load(tiny_problem.read_text())
+    data["hardware"] = {"allow_gpus": ["a100-sxm-80gb"], "max_gpus": 64, "exclude_fabrics": ["eth-25g-1"]}
+    data["deadline_days"] = 6
+    plain = _solve(data, catalog)
+    need = plain.solution.counts.gpus
+    assert need > 8
+    data["inventory"] = [{"gpu": "a100-sxm-80gb", "count": 8, "server": "hgx-ampere-8"}]
+    rec = _solve(data, catalog)
+    counts = rec.solution.counts
+    assert counts.owned_gpus == 8 and counts.owned_servers == 1
+    g = rec.table.groups[rec.solution.candidate.group]
+    assert rec.solution.capex == pytest.approx(plain.solution.capex - 8 * g.gpu_usd - g.server_usd, rel=0.25)
+    assert rec.solution.capex < plain.solution.capex
+
+
+def test_owned_gpus_may_be_used_where_they_may_no_longer_be_bought(catalog, tiny_problem):
+    data = yaml.safe_load(tiny_problem.read_text())
+    data["hardware"] = {"allow_gpus": ["a100-sxm-80gb", "h20"], "max_gpus": 64}
+    data["site"] = {"datacenter": True, "region": "export-controlled-2023"}
+    data["deadline_days"] = 60
+    data["inventory"] = [{"gpu": "a100-sxm-80gb", "count": 8, "server": "hgx-ampere-8"}]
+    rec = _solve(data, catalog)
+    for p in rec.solution.purchases:
+        g = rec.table.groups[p.group]
+        if g.gpu == "a100-sxm-80gb":
+            assert p.gpus == p.owned_gpus  # never bought in this region
+        else:
+            assert g.gpu == "h20"
+
+
+# --- facility limits -----------------------------------------------------------------------------
+
+def test_a_tight_power_cap_moves_to_a_more_efficient_gpu(catalog):
+    data = _data("lab_quotes.yaml")
+    data = {**data, "budget": {"usd": "300k", "covers": "capex"}, "prices": {},
+            "hardware": {"allow_gpus": ["rtx-4090", "h100-pcie", "rtx-6000-ada", "l40s"]}}
+    loose = _solve({**data, "site": {"datacenter": False, "power_cap_kw": 100}}, catalog)
+    tight = _solve({**data, "site": {"datacenter": False, "power_cap_kw": 8}}, catalog)
+
+    def per_kw(rec):
+        return rec.perf.tokens_per_s / (rec.solution.power_w / 1e3)
+
+    def gpu(rec):
+        return rec.table.groups[rec.solution.candidate.group].gpu
+
+    assert gpu(loose) != gpu(tight)
+    assert per_kw(tight) > per_kw(loose)
+    assert tight.solution.power_w <= 8000
+
+
+def test_export_region_vendor_list_racks_and_stock_bind(catalog):
+    rec = recommend(load_problem(PROBLEMS / "export_controlled_racks.yaml", catalog), catalog)
+    gpu = rec.table.groups[rec.solution.candidate.group].gpu
+    assert gpu in catalog.regions["export-controlled"].allowed_gpus
+    assert rec.solution.costs.racks <= 4
+    bought = {rec.table.groups[p.group].gpu: p.gpus for p in rec.solution.purchases}
+    assert bought.get("h800-sxm", 0) <= 16
+    assert all(catalog.gpus[rec.table.groups[p.group].gpu].vendor != "AMD" for p in rec.solution.purchases)
+    # more racks can only help, and lifting the H800 stock limit too changes the choice
+    data = _data("export_controlled_racks.yaml")
+    roomy = {**data, "site": {**data["site"], "racks": {"count": 12, "cooling": "air"}},
+             "hardware": {"exclude_vendors": ["AMD"]}}
+    more = _solve(roomy, catalog)
+    assert more.solution.tco <= rec.solution.tco * (1 + 1e-9)
+    assert more.table.groups[more.solution.candidate.group].gpu != gpu
+
+
+def test_racks_by_power_height_and_price(catalog, tiny_problem):
+    data = yaml.safe_load(tiny_problem.read_text())
+    data["hardware"] = {"allow_gpus": ["a100-sxm-80gb"], "max_gpus": 64}
+    data["site"] = {"datacenter": True, "racks": {"cooling": "air", "usd_per_rack": 5000}}
+    rec = _solve(data, catalog)
+    costs = rec.solution.costs
+    assert costs.racks >= math.ceil(costs.power_w / 20e3) and costs.new_racks == costs.racks
+    assert cost_terms(rec, catalog)["capex_parts_usd"]["racks"] == 5000 * costs.racks
+    # a server that draws more than a rack takes is ruled out, with the reason
+    data["site"]["racks"] = {"kw_per_rack": 5}
+    with pytest.raises(InfeasibleError) as err:
+        _solve(data, catalog)
+    assert "racks: one hgx-ampere-8 server draws 6.5 kW, a rack takes 5.0 kW" in str(err.value)
+
+
+def test_vendor_allow_list_keeps_only_that_vendor(catalog, tiny_problem):
+    data = yaml.safe_load(tiny_problem.read_text())
+    data["hardware"] = {"allow_vendors": ["AMD"], "max_gpus": 64}
+    problem = problem_from_data(data, tiny_problem, catalog)
+    assert problem.gpus and all(catalog.gpus[g].vendor == "AMD" for g in problem.gpus)
+
+
+# --- TCO terms ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["buy_or_rent_serving.yaml", "owned_inventory_serving.yaml",
+                                  "export_controlled_racks.yaml"])
+def test_printed_terms_add_up_to_the_solver_objective(name, catalog):
+    problem, priced = load_priced(PROBLEMS / name, catalog)
+    rec = recommend(problem, priced)
+    cost = cost_terms(rec, priced)
+    terms = (cost["capex_usd"] + cost["rent_usd"] + cost["electricity_usd"] + cost["colocation_usd"]
+             + cost["maintenance_usd"])
+    assert terms == pytest.approx(cost["tco_usd"]) == pytest.approx(rec.solution.tco)
+    assert rec.solution.objective == pytest.approx(rec.solution.tco, rel=1e-6)
+    assert sum(cost["capex_parts_usd"].values()) == pytest.approx(cost["capex_usd"])
+    years = problem.horizon_years
+    colocation = cost["it_power_kw"] * problem.colocation_usd_per_kw_month * 12 * years
+    assert cost["colocation_usd"] == pytest.approx(colocation)
+    assert cost["depreciation_usd"] == pytest.approx(cost["capex_usd"] * min(1, years / 5))
+    text = CliRunner().invoke(main, ["solve", str(PROBLEMS / name)]).output
+    for term in ("capex", "rent", "electricity", "colocation", "maintenance", "TCO", "Depreciation"):
+        assert term in text, term
+
+
+# --- price books ---------------------------------------------------------------------------------
+
+def test_price_book_and_cli_override_catalog_prices(catalog):
+    problem, priced = load_priced(PROBLEMS / "lab_quotes.yaml", catalog)
+    assert priced.gpus["l40s"].price.usd == 5400 and priced.gpus["l40s"].price.override
+    assert priced.gpus["h100-pcie"].price.usd == pytest.approx(catalog.gpus["h100-pcie"].price.usd * 0.88)
+    assert catalog.gpus["l40s"].price.usd != 5400  # the shared catalog is untouched
+    _, cli = load_priced(PROBLEMS / "lab_quotes.yaml", catalog, ("l40s=6k", "rtx-6000-ada=+50%"))
+    assert cli.gpus["l40s"].price.usd == 6000  # the command line wins over the book
+    assert cli.gpus["rtx-6000-ada"].price.usd == pytest.approx(catalog.gpus["rtx-6000-ada"].price.usd * 1.5)
+
+
+def test_a_price_change_moves_the_optimum_and_is_reported():
+    runner = CliRunner()
+    base = runner.invoke(main, ["solve", str(PROBLEMS / "lab_quotes.yaml")])
+    dear = runner.invoke(main, ["solve", str(PROBLEMS / "lab_quotes.yaml"), "--price", "rtx-6000-ada=+40%"])
+    assert base.exit_code == dear.exit_code == 0
+    assert "Buy 60 x rtx-6000-ada" in base.output and "rtx-6000-ada" not in dear.output.split("Bill of")[0]
+    assert "l40s: $5,400.00 [2026-10-14] (override; not in this answer) reseller quote" in base.output
+    assert "(override) --price rtx-6000-ada=+40%" in dear.output or "rtx-6000-ada=+40%" in dear.output
+
+
+# --- bad input -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("patch, words", [
+    ({"site": {"region": "chna"}}, ["site.region", "unknown region 'chna'"]),
+    ({"procurement": {"rent": True, "offers": ["aws-p5"]}}, ["procurement.offers", "aws-p5-h100"]),
+    ({"procurement": {"offers": ["aws-p5-h100"]}}, ["rent' is false"]),
+    ({"inventory": [{"gpu": "rtx-3090", "count": 4, "server": "hgx-ampere-8"}]}, ["does not take 'rtx-3090'"]),
+    ({"inventory": [{"gpu": "rtx-3090", "count": 9, "server": "desktop-4", "servers": 2}]}, ["raise 'servers'"]),
+    ({"inventory": [{"gpu": "rtx-309", "count": 4}]}, ["inventory[0].gpu", "rtx-3090"]),
+    ({"hardware": {"max_units": {"h100-sx": 4}}}, ["max_units", "h100-sxm"]),
+    ({"hardware": {"exclude_vendors": ["Nvidia"]}}, ["unknown vendor 'Nvidia'", "NVIDIA"]),
+    ({"prices": {"l40s": "cheap"}}, ["prices.l40s", "-15%"]),
+    ({"prices": {"l40": 100}}, ["prices.l40", "l40s"]),
+    ({"procurement": {"buy": False}}, ["nothing can be used"]),
+    ({"site": {"floor_m2": 1}}, ["site.floor_m2"]),
+])
+def test_bad_procurement_input_names_the_field(patch, words, catalog, tiny_problem):
+    data = {**yaml.safe_load(tiny_problem.read_text()), **patch}
+    with pytest.raises(ProblemError) as err:
+        problem_from_data(data, tiny_problem, catalog)
+    for w in words:
+        assert w in str(err.value), (w, str(err.value))
+
+
+def test_bad_cli_price_exits_2(tiny_problem):
+    for spec, text in (("h100-sxm", "ID=PRICE"), ("h100-sxm=x%", "-20%"), ("nosuch=1", "cloud offer 'nosuch'")):
+        r = CliRunner().invoke(main, ["solve", str(tiny_problem), "--price", spec])
+        assert r.exit_code == 2 and text in r.output and "Traceback" not in r.output, (spec, r.output)
+
+
+def test_procurement_output_is_deterministic():
+    runner = CliRunner()
+    first = runner.invoke(main, ["solve", str(PROBLEMS / "owned_inventory_serving.yaml"), "--format", "json"])
+    second = runner.invoke(main, ["solve", str(PROBLEMS / "owned_inventory_serving.yaml"), "--format", "json"])
+    assert first.exit_code == 0 and first.output == second.output
+
+
+def test_problem_without_rent_or_inventory_is_unchanged(catalog, tiny_problem):
+    """Issue 6 adds options; a problem that uses none of them buys as before."""
+    problem = load_problem(tiny_problem, catalog)
+    assert problem.offers == () and problem.inventory == () and problem.racks is None
+    assert replace(problem).buy_gpus == problem.gpus
