@@ -100,12 +100,13 @@ def resolve_inventory(path: Path, entries: tuple[OwnedEntry, ...], catalog: Cata
     for i, e in enumerate(entries):
         where = f"{path}: field 'inventory[{i}]'"
         if e.gpu not in catalog.gpus:
-            raise ProblemError(f"{path}: field 'inventory[{i}].gpu': unknown GPU '{e.gpu}'.{suggest(e.gpu, catalog.gpus)}"
-                               " To fix: use an id from 'gpuopt catalog list'.")
+            raise ProblemError(f"{path}: field 'inventory[{i}].gpu': unknown GPU '{e.gpu}'."
+                               f"{suggest(e.gpu, catalog.gpus)} To fix: use an id from 'gpuopt catalog list'.")
         servers = 0
         if e.server is not None:
             if e.server not in catalog.servers:
-                raise ProblemError(f"{path}: field 'inventory[{i}].server': unknown server '{e.server}'.{suggest(e.server, catalog.servers)}")
+                raise ProblemError(f"{path}: field 'inventory[{i}].server': unknown server '{e.server}'."
+                                   f"{suggest(e.server, catalog.servers)}")
             server = catalog.servers[e.server]
             if e.gpu not in server.accepts:
                 fits = ", ".join(s.id for s in catalog.servers_for(e.gpu)) or "none"
@@ -115,8 +116,8 @@ def resolve_inventory(path: Path, entries: tuple[OwnedEntry, ...], catalog: Cata
                 raise ProblemError(f"{where}: {servers} x {e.server} hold {servers * server.slots} GPUs, not {e.count}."
                                    " To fix: raise 'servers'.")
             if e.fabric is not None and e.fabric not in server.fabrics:
-                raise ProblemError(f"{path}: field 'inventory[{i}].fabric': '{e.fabric}' is not a fabric of {e.server}. "
-                                   f"To fix: use one of {', '.join(server.fabrics) or 'none (omit it)'}.")
+                raise ProblemError(f"{path}: field 'inventory[{i}].fabric': '{e.fabric}' is not a fabric of "
+                                   f"{e.server}. To fix: use one of {', '.join(server.fabrics) or 'none (omit it)'}.")
         elif e.servers is not None or e.fabric is not None:
             raise ProblemError(f"{where}: 'servers' and 'fabric' need the 'server' the cards sit in.")
         key = (e.gpu, e.server)
