@@ -388,7 +388,7 @@ def catalog() -> None:
     """List, show and validate the hardware catalogs."""
 
 
-KINDS = ("gpus", "servers", "fabrics", "nics", "switches", "links", "models")
+KINDS = ("gpus", "servers", "fabrics", "nics", "switches", "links", "models", "offers", "regions")
 
 
 @catalog.command("list")
@@ -412,6 +412,10 @@ def catalog_list(kind: str, fmt: str, catalog_dir: Path | None) -> None:
                        f"{g.tdp_w:>6g} {g.price.usd:>9,.0f}  {'yes' if g.datacenter_license else 'no':<10}  "
                        f"{g.link} {g.link_bw_gbs:g} GB/s")
         click.echo(f"(dense TFLOPS; prices as of {cat.prices_as_of}; see 'gpuopt catalog show ID' for sources)")
+    elif kind == "offers":
+        click.echo(f"{'id':<20} {'gpu':<15} {'$/GPU-h':>8} {'term':<10} {'date':<11} provider")
+        for o in table.values():
+            click.echo(f"{o.id:<20} {o.gpu:<15} {o.price.usd:>8.3f} {o.term:<10} {o.price.date:<11} {o.provider}")
     else:
         for ident, e in table.items():
             click.echo(f"{ident:<18} {getattr(e, 'name', '')}")
@@ -449,7 +453,8 @@ def catalog_validate(catalog_dir: Path | None) -> None:
     cat = load_catalog(catalog_dir)
     assumed = [g.id for g in cat.gpus.values() if g.price.assumption]
     click.echo(f"catalog at {cat.root} is valid: {len(cat.gpus)} GPUs, {len(cat.servers)} servers, "
-               f"{len(cat.fabrics)} fabrics, {len(cat.models)} model presets.")
+               f"{len(cat.fabrics)} fabrics, {len(cat.models)} model presets, {len(cat.offers)} cloud offers, "
+               f"{len(cat.regions)} export regions.")
     if assumed:
         click.echo(f"GPU prices that are assumptions (get a quote): {', '.join(assumed)}")
 

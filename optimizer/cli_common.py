@@ -30,6 +30,11 @@ def handle_errors(fn):
             kind = {CatalogError: "catalog error", ProblemError: "problem error"}.get(type(exc), "error")
             click.echo(f"{kind}: {exc}", err=True)
             sys.exit(EXIT_BAD_INPUT)
+        except BrokenPipeError:  # stdout closed early (`gpuopt … | head`): not an error
+            import os
+
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(0)
         except OSError as exc:  # an output file (--csv, --plot, --bom, -o) that cannot be written
             where = exc.filename or "a file"
             click.echo(f"error: cannot write {where}: {exc.strerror or exc}. To fix: check that its folder "
