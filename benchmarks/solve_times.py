@@ -15,7 +15,7 @@ from pathlib import Path
 from optimizer.catalog import load_catalog
 from optimizer.milp import solve
 from optimizer.plans import enumerate_candidates
-from optimizer.problem import load_problem
+from optimizer.problem import load_priced
 from optimizer.recommend import targets_of
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,9 +27,9 @@ def main(paths: list[str]) -> None:
     print(f"{'problem':<28} {'templates':>9} {'candidates':>10} {'plans s':>8} {'ortools s':>9} {'pulp s':>7}"
           f" {'status':>8} {'gap':>8}  objective")
     for path in files:
-        problem = load_problem(path, catalog)
+        problem, priced = load_priced(path, catalog)
         t0 = time.perf_counter()
-        table = enumerate_candidates(problem, catalog)
+        table = enumerate_candidates(problem, priced)
         t_plans = time.perf_counter() - t0
         sols = {backend: solve(table, targets_of(problem), backend, problem.solver.time_limit_s,
                                problem.solver.mip_gap) for backend in ("ortools", "pulp")}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from optimizer.catalog import load_catalog
 from optimizer.plans import enumerate_candidates
-from optimizer.problem import load_problem
+from optimizer.problem import load_priced
 from optimizer.sweep import Axis, loosest, run_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,7 +27,7 @@ def main() -> None:
     parser.add_argument("--points", type=int, default=20)
     args = parser.parse_args()
     catalog = load_catalog()
-    problem = load_problem(args.problem, catalog)
+    problem, catalog = load_priced(args.problem, catalog)
     budgets = tuple(100e3 + (2e6 - 100e3) * i / (args.points - 1) for i in range(args.points))
     axes = [Axis("budget", budgets)]
     start = time.perf_counter()
