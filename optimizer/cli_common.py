@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,8 +32,6 @@ def handle_errors(fn):
             click.echo(f"{kind}: {exc}", err=True)
             sys.exit(EXIT_BAD_INPUT)
         except BrokenPipeError:  # stdout closed early (`gpuopt … | head`): not an error
-            import os
-
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             sys.exit(0)
         except OSError as exc:  # an output file (--csv, --plot, --bom, -o) that cannot be written

@@ -47,7 +47,7 @@ def _table(head: list[str], rows: list[list[str]], numeric: frozenset[int] | set
 def _headline(s: dict[str, Any]) -> str:
     p, plan, cost = s["problem"], s["plan"], s["cost"]
     if p["kind"] == "serve":
-        what = "Buy " + ", ".join(f"{r['replicas']} × {r['tp'] * r['pp']} {r['gpu']}"
+        what = "Serve with " + ", ".join(f"{r['replicas']} × {r['tp'] * r['pp']} {r['gpu']}"
                                   + (f" (rented: {r['offer']})" if r.get("offer") else "") + f" for {r['class']}"
                                   for r in plan["replicas"])
         speed = (f"{sum(c['capacity_output_tokens_per_s'] for c in plan['classes']):,.0f} output tokens/s of "

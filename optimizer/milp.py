@@ -58,7 +58,7 @@ import enum
 import math
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from optimizer.errors import SolverError
@@ -143,8 +143,11 @@ class MilpSolution:
     solve_seconds: float
     variables: int
     constraints: int
-    rent: float = 0.0
-    costs: Costs | None = None
+    costs: Costs | None = None  # every term, None when there is no solution
+
+    @property
+    def rent(self) -> float:
+        return self.costs.rent if self.costs is not None else 0.0
 
     @property
     def tco(self) -> float:
@@ -176,21 +179,31 @@ def network_switches(group: Group, servers: int) -> tuple[int, int]:
     return leaves, math.ceil(leaves / 2)
 
 
+def capex_parts(group: Group, count: GroupCount, install_usd: float = 0.0) -> dict[str, float]:
+    """Capex of one group's purchase by part: constraint (9). Owned GPUs and servers (and the NICs
+    of owned servers that carry the fabric) cost nothing; rented groups cost no capex."""
+    if group.rented:
+        return {}
+    bought_servers = count.servers - count.owned_servers
+    nic_servers = bought_servers if group.owned_nics else count.servers
+    return {"gpus": (count.gpus - count.owned_gpus) * group.gpu_usd,
+            "servers": bought_servers * group.server_usd,
+            "installation": bought_servers * install_usd,
+            "network": (nic_servers * group.ports_per_server * group.port_usd
+                        + (count.leaf_switches + count.spine_switches) * group.switch_usd)}
+
+
 def group_costs(group: Group, count: GroupCount, install_usd: float = 0.0) -> tuple[float, float, float]:
     """(capex USD, catalog value USD, IT power W) of one group's hardware: constraints (9), (10).
     Owned GPUs and servers cost nothing to buy but count in value and power; rented ones in neither."""
     if group.rented:
         return 0.0, 0.0, 0.0
     switches = count.leaf_switches + count.spine_switches
-    bought_servers = count.servers - count.owned_servers
-    nic_servers = bought_servers if group.owned_nics else count.servers
     port_usd = group.ports_per_server * group.port_usd
-    capex = ((count.gpus - count.owned_gpus) * group.gpu_usd + bought_servers * (group.server_usd + install_usd)
-             + nic_servers * port_usd + switches * group.switch_usd)
     value = count.gpus * group.gpu_usd + count.servers * (group.server_usd + port_usd) + switches * group.switch_usd
     power = (count.gpus * group.gpu_w + count.servers * (group.server_w + group.ports_per_server * group.port_w)
              + switches * group.switch_w)
-    return capex, value, power
+    return sum(capex_parts(group, count, install_usd).values()), value, power
 
 
 def rent_cost(group: Group, gpus: int, tokens: float, plan: Candidate | None = None) -> float:
@@ -248,6 +261,25 @@ def purchase(group: Group, used_gpus: int) -> GroupCount:
     leaves, spines = (0, 0) if group.rented else network_switches(group, servers)
     return GroupCount(group.key, gpus, servers, leaves, spines, min(group.owned_gpus, gpus),
                       min(group.owned_servers, servers))
+
+
+def least_purchases(table: PlanTable, used: dict[str, int]) -> tuple[GroupCount, ...]:
+    """``purchase`` for every group used, with each inventory pool shared out: groups of one pool
+    (for example loose cards that several server types can hold) together use at most what it has.
+    Owned GPUs of a pool are all the same part, so which group takes them does not change the cost."""
+    left: dict[str, list[int]] = {}
+    out = []
+    for h, gpus in sorted(used.items()):
+        g = table.groups[h]
+        need = purchase(g, gpus)
+        if g.pool is not None:
+            pool = left.setdefault(g.pool, [g.owned_gpus, g.owned_servers])
+            owned_gpus, owned_servers = min(need.owned_gpus, pool[0]), min(need.owned_servers, pool[1])
+            pool[0] -= owned_gpus
+            pool[1] -= owned_servers
+            need = replace(need, owned_gpus=owned_gpus, owned_servers=owned_servers)
+        out.append(need)
+    return tuple(out)
 
 
 def replica_bound(r: ServeCandidate, targets: Targets) -> int:
@@ -565,8 +597,7 @@ def solve(table: PlanTable, targets: Targets, backend: str = "ortools", time_lim
     costs = solution_costs(table, targets, purchases, c)
     return MilpSolution(status, backend, objective, bound, gap, c, dp_value, replicas, purchases,
                         c.replica_tokens_per_s * dp_value if c else 0.0, costs.capex, costs.power_w,
-                        costs.opex(targets), time.perf_counter() - start, model.n_vars, model.n_cons,
-                        costs.rent, costs)
+                        costs.opex(targets), time.perf_counter() - start, model.n_vars, model.n_cons, costs)
 
 
 def _gap(objective: float | None, bound: float | None) -> float | None:

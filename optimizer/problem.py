@@ -8,7 +8,6 @@ solver options. Catalog entries are referred to by id; their numbers are never c
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Literal
@@ -39,22 +38,9 @@ from optimizer.procurement import (
     parse_cli_price,
     resolve_procurement,
 )
-from optimizer.validation import read_yaml, validate
+from optimizer.validation import parse_quantity, read_yaml, validate
 
 SCHEMA_VERSION = 1
-_SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
-
-
-def parse_quantity(value: float | int | str) -> float:
-    """Read 1e12, '1T', '500B', '2.5M' or '500k' as a number."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmbgt]?)\s*", str(value), re.IGNORECASE)
-    if not match:
-        raise ValueError(f"expected a number such as 1e12, '1T', '500B' or '250k', got {value!r}")
-    return float(match.group(1)) * _SUFFIX[match.group(2).lower()]
-
-
 def _positive_quantity(value: float | int | str) -> float:
     number = parse_quantity(value)
     if number <= 0:

@@ -12,12 +12,16 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from optimizer.catalog import Catalog, priced_item, with_price
 from optimizer.errors import CatalogError, ProblemError, suggest
+from optimizer.validation import parse_quantity
+
+if TYPE_CHECKING:  # problem.py imports this module
+    from optimizer.problem import ProblemFile
 
 
 class _Strict(BaseModel):
@@ -172,6 +176,15 @@ def parse_change(text: str) -> float:
     return 1.0 + float(m.group(1)) / 100.0
 
 
+def price_value(value: float | str, base: float) -> float:
+    """A price as written in a price book or after --price ID=: 21000, '21k', or '-12%' of ``base``.
+    Raises ValueError with what was expected."""
+    usd = base * parse_change(value) if isinstance(value, str) and "%" in value else parse_quantity(value)
+    if usd < 0:
+        raise ValueError(f"the price comes out negative (${usd:,.2f})")
+    return usd
+
+
 def resolve_prices(path: Path, book: dict[str, float | str | PriceEntry],
                    catalog: Catalog) -> tuple[PriceOverride, ...]:
     """The problem's price book: each entry a new price, a relative change, or both with a date and note."""
@@ -192,11 +205,9 @@ def resolve_prices(path: Path, book: dict[str, float | str | PriceEntry],
         else:
             date, note = "undated", "problem file price book"
         try:
-            usd = float(value) if not isinstance(value, str) else base * parse_change(value)
+            usd = price_value(value, base)
         except ValueError as exc:
-            raise ProblemError(f"{where}: {exc}. To fix: a price in USD (21000) or a change ('-15%').") from None
-        if usd < 0:
-            raise ProblemError(f"{where}: the price comes out negative (${usd:,.2f}).")
+            raise ProblemError(f"{where}: {exc}. To fix: a price in USD (21000, '21k') or a change ('-15%').") from None
         out.append(PriceOverride(item, usd, date, f"{note} (catalog ${base:,.2f})"))
     return tuple(out)
 
@@ -208,7 +219,7 @@ def apply_prices(catalog: Catalog, prices: tuple[PriceOverride, ...]) -> Catalog
     return catalog
 
 
-def resolve_procurement(path: Path, spec, gpus: tuple[str, ...], catalog: Catalog) -> dict:
+def resolve_procurement(path: Path, spec: ProblemFile, gpus: tuple[str, ...], catalog: Catalog) -> dict:
     """The Problem fields of the procurement sections of a validated ``ProblemFile``: which GPUs
     may be used and bought (vendors, region, buy switch), the inventory, offers, caps, racks,
     facility cost terms and the price book."""
@@ -275,14 +286,7 @@ def parse_cli_price(spec: str, catalog: Catalog) -> PriceOverride:
         raise ProblemError(f"--price '{spec}': {exc}") from None
     base = entry.price.usd  # type: ignore[attr-defined]
     try:
-        if "%" in value:
-            usd = base * parse_change(value)
-        else:
-            from optimizer.problem import parse_quantity
-
-            usd = parse_quantity(value)
+        usd = price_value(value, base)
     except ValueError as exc:
-        raise ProblemError(f"--price '{spec}': {exc}.") from None
-    if usd < 0:
-        raise ProblemError(f"--price '{spec}': the price comes out negative (${usd:,.2f}).")
+        raise ProblemError(f"--price '{spec}': {exc}. To fix: h100-sxm=21000, =21k or =-15%.") from None
     return PriceOverride(item, usd, "undated", f"--price {item}={value} (catalog ${base:,.2f})")

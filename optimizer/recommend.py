@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 from optimizer.catalog import HOURS_PER_YEAR, Catalog
 from optimizer.errors import InfeasibleError, SolverError
-from optimizer.milp import MilpSolution, Status, Targets, purchase, solution_costs, solve
+from optimizer.milp import MilpSolution, Status, Targets, least_purchases, solution_costs, solve
 from optimizer.perf.serve import ServeResult, serve
 from optimizer.perf.train import TrainResult, train_step
 from optimizer.plans import PlanTable, enumerate_candidates
@@ -101,7 +101,7 @@ def verify(problem: Problem, catalog: Catalog, table: PlanTable,
 def _repriced(problem: Problem, table: PlanTable, sol: MilpSolution, used: dict[str, int],
               checks: list[str], problems: list[str]) -> None:
     """The least hardware for the GPUs used, priced in closed form, against the solver's sums."""
-    need = tuple(purchase(table.groups[h], gpus) for h, gpus in sorted(used.items()))
+    need = least_purchases(table, used)
     costs = solution_costs(table, targets_of(problem), need, sol.candidate)
     ok = all(abs(a - b) <= 1e-6 * max(1.0, abs(a)) for a, b in
              ((costs.capex, sol.capex), (costs.power_w, sol.power_w), (costs.rent, sol.rent)))

@@ -11,7 +11,7 @@ import math
 from typing import Any
 
 from optimizer.catalog import HOURS_PER_YEAR, Catalog, Price
-from optimizer.milp import GroupCount, group_costs, purchase, solution_costs
+from optimizer.milp import GroupCount, capex_parts, group_costs, purchase, solution_costs
 from optimizer.plans import Group
 from optimizer.recommend import Recommendation, colocation_per_watt, electricity_per_watt, targets_of
 
@@ -20,19 +20,11 @@ def cost_terms(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
     """Capex (by part), depreciation, electricity, colocation, maintenance, rent and the TCO."""
     p, sol = rec.problem, rec.solution
     targets = targets_of(p)
-    costs = solution_costs(rec.table, targets, sol.purchases, sol.candidate)
+    costs = sol.costs if sol.costs is not None else solution_costs(rec.table, targets, sol.purchases, sol.candidate)
     parts = {"gpus": 0.0, "servers": 0.0, "network": 0.0, "installation": 0.0, "racks": 0.0}
     for b in sol.purchases:
-        g = rec.table.groups[b.group]
-        if g.rented:
-            continue
-        bought_servers = b.servers - b.owned_servers
-        parts["gpus"] += (b.gpus - b.owned_gpus) * g.gpu_usd
-        parts["servers"] += bought_servers * g.server_usd
-        parts["installation"] += bought_servers * targets.install_usd_per_server
-        nic_servers = bought_servers if g.owned_nics else b.servers
-        parts["network"] += (nic_servers * g.ports_per_server * g.port_usd
-                             + (b.leaf_switches + b.spine_switches) * g.switch_usd)
+        for part, usd in capex_parts(rec.table.groups[b.group], b, targets.install_usd_per_server).items():
+            parts[part] += usd
     if p.racks is not None:
         parts["racks"] = costs.new_racks * p.racks.usd
     life = catalog.facility.amortisation_years.value

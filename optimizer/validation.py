@@ -5,6 +5,7 @@ Each message names the file, the entry, the field, what was expected and a likel
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -154,3 +155,16 @@ def validate(model: type[BaseModel], data: Any, path: Path, error: type[GpuoptEr
         return model.model_validate(data)
     except ValidationError as exc:
         raise error(format_errors(exc, path, data, model)) from None
+
+
+_SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+
+
+def parse_quantity(value: float | int | str) -> float:
+    """Read 1e12, '1T', '500B', '2.5M' or '500k' as a number."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmbgt]?)\s*", str(value), re.IGNORECASE)
+    if not match:
+        raise ValueError(f"expected a number such as 1e12, '1T', '500B' or '250k', got {value!r}")
+    return float(match.group(1)) * _SUFFIX[match.group(2).lower()]

@@ -13,6 +13,8 @@ from click.testing import CliRunner
 
 from optimizer.cli import main
 from optimizer.errors import InfeasibleError, ProblemError
+from optimizer.milp import group_costs, least_purchases
+from optimizer.plans import enumerate_candidates
 from optimizer.problem import load_priced, load_problem, problem_from_data
 from optimizer.recommend import recommend
 from optimizer.report import summary
@@ -111,8 +113,24 @@ def test_training_buys_only_what_the_owned_server_lacks(catalog, tiny_problem):
     counts = rec.solution.counts
     assert counts.owned_gpus == 8 and counts.owned_servers == 1
     g = rec.table.groups[rec.solution.candidate.group]
-    assert rec.solution.capex == pytest.approx(plain.solution.capex - 8 * g.gpu_usd - g.server_usd, rel=0.25)
+    # exactly the same hardware bought outright, less one owned server of eight GPUs
+    full = group_costs(g, replace(counts, owned_gpus=0, owned_servers=0))[0]
+    assert rec.solution.capex == pytest.approx(full - 8 * g.gpu_usd - g.server_usd)
     assert rec.solution.capex < plain.solution.capex
+
+
+def test_loose_cards_are_shared_out_between_server_types(catalog):
+    """Loose owned cards fit several server types; the re-check shares the pool between the groups
+    that use it instead of giving each group all of it."""
+    problem = problem_from_data({**_data("owned_inventory_serving.yaml"),
+                                 "inventory": [{"gpu": "rtx-3090", "count": 6}]}, PROBLEMS / "t.yaml", catalog)
+    table = enumerate_candidates(problem, catalog)
+    groups = sorted(h for h, g in table.groups.items() if g.pool == "owned:rtx-3090:loose")
+    assert len(groups) == 2  # desktop-4 and rig-8-consumer
+    need = least_purchases(table, {groups[0]: 4, groups[1]: 8})
+    assert sum(n.owned_gpus for n in need) == 6 and [n.owned_servers for n in need] == [0, 0]
+    rec = recommend(problem, catalog, table=table)  # verify() re-prices with the pool shared out
+    assert sum(p.owned_gpus for p in rec.solution.purchases) == 6
 
 
 def test_owned_gpus_may_be_used_where_they_may_no_longer_be_bought(catalog, tiny_problem):
@@ -218,6 +236,8 @@ def test_price_book_and_cli_override_catalog_prices(catalog):
     assert priced.gpus["l40s"].price.usd == 5400 and priced.gpus["l40s"].price.override
     assert priced.gpus["h100-pcie"].price.usd == pytest.approx(catalog.gpus["h100-pcie"].price.usd * 0.88)
     assert catalog.gpus["l40s"].price.usd != 5400  # the shared catalog is untouched
+    book = problem_from_data({**_data("lab_quotes.yaml"), "prices": {"l40s": "6.5k"}}, PROBLEMS / "q.yaml", catalog)
+    assert book.prices[0].usd == 6500  # the book reads '6.5k' as --price does
     _, cli = load_priced(PROBLEMS / "lab_quotes.yaml", catalog, ("l40s=6k", "rtx-6000-ada=+50%"))
     assert cli.gpus["l40s"].price.usd == 6000  # the command line wins over the book
     assert cli.gpus["rtx-6000-ada"].price.usd == pytest.approx(catalog.gpus["rtx-6000-ada"].price.usd * 1.5)
@@ -230,7 +250,7 @@ def test_a_price_change_moves_the_optimum_and_is_reported():
     assert base.exit_code == dear.exit_code == 0
     assert "Buy 60 x rtx-6000-ada" in base.output and "rtx-6000-ada" not in dear.output.split("Bill of")[0]
     assert "l40s: $5,400.00 [2026-10-14] (override; not in this answer) reseller quote" in base.output
-    assert "(override) --price rtx-6000-ada=+40%" in dear.output or "rtx-6000-ada=+40%" in dear.output
+    assert "(override; not in this answer) --price rtx-6000-ada=+40% (catalog $6,799.00)" in dear.output
 
 
 # --- bad input -----------------------------------------------------------------------------------
@@ -246,6 +266,7 @@ def test_a_price_change_moves_the_optimum_and_is_reported():
     ({"hardware": {"exclude_vendors": ["Nvidia"]}}, ["unknown vendor 'Nvidia'", "NVIDIA"]),
     ({"prices": {"l40s": "cheap"}}, ["prices.l40s", "-15%"]),
     ({"prices": {"l40": 100}}, ["prices.l40", "l40s"]),
+    ({"prices": {"l40s": -5}}, ["prices.l40s", "negative"]),
     ({"procurement": {"buy": False}}, ["nothing can be used"]),
     ({"site": {"floor_m2": 1}}, ["site.floor_m2"]),
 ])
@@ -274,4 +295,4 @@ def test_problem_without_rent_or_inventory_is_unchanged(catalog, tiny_problem):
     """Issue 6 adds options; a problem that uses none of them buys as before."""
     problem = load_problem(tiny_problem, catalog)
     assert problem.offers == () and problem.inventory == () and problem.racks is None
-    assert replace(problem).buy_gpus == problem.gpus
+    assert problem.buy_gpus == problem.gpus and problem.prices == ()
