@@ -126,6 +126,17 @@ class Switch(Record):
     source: str
 
 
+class Cable(Record):
+    """One link of a fabric, everything it needs: cable or fibre and the transceiver at each end."""
+
+    id: str
+    name: str
+    gbps: float = Field(gt=0)
+    power_w: float = Field(ge=0)  # both ends together
+    price: Price
+    source: str
+
+
 class Fabric(Record):
     id: str
     name: str
@@ -134,6 +145,8 @@ class Fabric(Record):
     ports_per_server: int | None = Field(default=None, ge=1)
     port_gbps: float | None = Field(default=None, gt=0)
     switch: str
+    server_cable: str | None = None  # one per server port, server to leaf (None: nothing to buy)
+    switch_cable: str | None = None  # one per leaf uplink, leaf to spine
     efficiency: float = Field(gt=0, le=1)
     latency_us: float = Field(ge=0)
     source: str
@@ -331,6 +344,7 @@ class NetworkFile(Record):
     nics: tuple[Nic, ...]
     switches: tuple[Switch, ...]
     fabrics: tuple[Fabric, ...]
+    cables: tuple[Cable, ...] = ()
 
 
 class ModelFile(Record):
@@ -366,6 +380,7 @@ class Catalog:
     uncertainty: UncertaintyFile | None = None
     regions: dict[str, Region] = field(default_factory=dict)
     offers: dict[str, Offer] = field(default_factory=dict)
+    cables: dict[str, Cable] = field(default_factory=dict)
 
     def band(self, kind: str) -> Band:
         """The residual band of a workload kind ('train' or 'serve')."""
@@ -469,6 +484,7 @@ def load_catalog(root: Path | None = None) -> Catalog:
         uncertainty=bands,  # type: ignore[arg-type]
         regions=_index(root / "regions.yaml", "region", regions.regions),  # type: ignore[attr-defined]
         offers=_index(root / "cloud.yaml", "offer", cloud.offers),  # type: ignore[attr-defined]
+        cables=_index(root / "network.yaml", "cable", net_f.cables),  # type: ignore[attr-defined]
     )
     _check_references(cat)
     return resolve_same_as(cat)
@@ -511,6 +527,8 @@ def _check_references(cat: Catalog) -> None:
         path = cat.root / "network.yaml"
         _ref(path, f"fabric '{fabric.id}'", "nic", fabric.nic, cat.nics)
         _ref(path, f"fabric '{fabric.id}'", "switch", fabric.switch, cat.switches)
+        _ref(path, f"fabric '{fabric.id}'", "server_cable", fabric.server_cable, cat.cables)
+        _ref(path, f"fabric '{fabric.id}'", "switch_cable", fabric.switch_cable, cat.cables)
         if fabric.nic is None and not (fabric.ports_per_server and fabric.port_gbps):
             raise CatalogError(f"{path}: fabric '{fabric.id}': without a nic it needs ports_per_server and port_gbps.")
         if fabric.nic is not None and fabric.nics_per_server < 1:
@@ -529,7 +547,7 @@ def _check_references(cat: Catalog) -> None:
                                f"'{offer.gpu}'. To fix: name a server whose 'accepts' lists the GPU.")
 
 
-PRICED = ("gpus", "servers", "nics", "switches", "offers")  # the catalog tables whose entries carry a price
+PRICED = ("gpus", "servers", "nics", "switches", "cables", "offers")  # the catalog tables whose entries carry a price
 
 
 def priced_item(cat: Catalog, item_id: str) -> tuple[str, Record]:
@@ -538,8 +556,8 @@ def priced_item(cat: Catalog, item_id: str) -> tuple[str, Record]:
         if item_id in getattr(cat, table):
             return table, getattr(cat, table)[item_id]
     ids = [i for table in PRICED for i in getattr(cat, table)]
-    raise CatalogError(f"no GPU, server, NIC, switch or cloud offer '{item_id}' in the catalog.{suggest(item_id, ids)}"
-                       " To fix: use an id from 'gpuopt catalog list'.")
+    raise CatalogError(f"no GPU, server, NIC, switch, cable or cloud offer '{item_id}' in the catalog."
+                       f"{suggest(item_id, ids)} To fix: use an id from 'gpuopt catalog list'.")
 
 
 def with_price(cat: Catalog, item_id: str, usd: float, note: str, date: str | None = None) -> Catalog:

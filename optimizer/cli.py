@@ -388,7 +388,7 @@ def catalog() -> None:
     """List, show and validate the hardware catalogs."""
 
 
-KINDS = ("gpus", "servers", "fabrics", "nics", "switches", "links", "models", "offers", "regions")
+KINDS = ("gpus", "servers", "fabrics", "nics", "switches", "cables", "links", "models", "offers", "regions")
 
 
 @catalog.command("list")

@@ -47,5 +47,5 @@ catalog_option = click.option("--catalog", "catalog_dir", type=click.Path(file_o
                               default=None, help="Catalog folder (default: the catalogs/ shipped with gpuopt).")
 
 price_option = click.option("--price", "prices", multiple=True, metavar="ID=VALUE",
-                            help="Override a catalog price (GPU, server, NIC, switch or cloud offer): "
+                            help="Override a catalog price (GPU, server, NIC, switch, cable or cloud offer): "
                                  "ID=21000, ID=21k or ID=-15%. Repeatable; wins over the problem's price book.")

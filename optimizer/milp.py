@@ -22,14 +22,17 @@ Constraints
     (5) S_h ≤ 1 for single-server training groups (serving replicas each fit in one server and
         are powers of two dividing its slots, so (4) packs them exactly)
     (6) L_h ≥ q_h·S_h / P_h;  L_h ≥ Σ_{c∈C_h} x_c;  q_h·S_h ≤ P_h + M·y_h;
-        L_h ≥ 2·q_h·S_h / P_h − M'(1−y_h);  2·K_h ≥ L_h − M''(1−y_h)   (M'' ≥ max L_h)
-                                                             one switch, or a non-blocking
-                                                             two-tier fat tree (half the leaf
-                                                             ports up, spines = leaves / 2)
+        L_h ≥ q_h·S_h / d_h − M'(1−y_h);  P_h·K_h ≥ u_h·L_h − M''(1−y_h);  E_h ≥ u_h·L_h − M''(1−y_h)
+                                                             one switch, or a two-tier fat tree whose
+                                                             leaves give d_h ports to servers and
+                                                             u_h = ⌈d_h / o⌉ to spines at the problem's
+                                                             oversubscription o (o = 1: d = P/2); E_h
+                                                             leaf-spine links, q_h·S_h server links
     (7) T = Σ_c r_c·dp_c                                     tokens/s
     (8) T ≥ tokens / deadline                                (min_cost)
-    (9) capex = Σ_h gpu$·G_h + (server$ + q_h·port$)·S_h + switch$·(L_h + K_h)
-    (10) W = Σ_h gpuW·G_h + (serverW + q_h·portW)·S_h + switchW·(L_h + K_h) ≤ power cap
+    (9) capex = Σ_h gpu$·G_h + (server$ + q_h·(port$ + cable$))·S_h + switch$·(L_h + K_h) + uplink$·E_h
+    (10) W = Σ_h gpuW·G_h + (serverW + q_h·(portW + cableW))·S_h + switchW·(L_h + K_h) + uplinkW·E_h
+         ≤ power cap
     (11) capex ≤ budget  (or capex + opex ≤ budget when the budget covers TCO)
     (12) Σ_{r∈R_k} rate_r·n_r ≥ D_k for every request class k
     (13) owned inventory: OG_h ≤ G_h, OS_h ≤ S_h, Σ_{h∈pool} OG_h ≤ owned GPUs, Σ OS_h ≤ owned
@@ -58,12 +61,26 @@ import enum
 import math
 import os
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
+from optimizer.costs import (  # noqa: F401  (re-exported: the closed forms the MIP is checked against)
+    Costs,
+    GroupCount,
+    Targets,
+    capex_parts,
+    fabric_links,
+    group_costs,
+    job_gpu_hours,
+    least_purchases,
+    network_switches,
+    purchase,
+    racks_needed,
+    rent_cost,
+    solution_costs,
+)
 from optimizer.errors import SolverError
 from optimizer.plans import Candidate, Group, PlanTable, ServeCandidate
-from optimizer.procurement import RackLimits
 
 BACKENDS = ("ortools", "pulp")
 ORTOOLS_ENGINE = "HIGHS"  # OR-Tools' linear-solver wrapper around HiGHS; "SCIP" also works, but
@@ -75,54 +92,6 @@ class Status(enum.Enum):
     FEASIBLE = "feasible (time limit; not proven optimal)"
     INFEASIBLE = "infeasible"
     NO_SOLUTION = "no solution found within the time limit"
-
-
-@dataclass(frozen=True)
-class Targets:
-    """What the MIP must meet and what it optimises."""
-
-    objective: str  # min_cost | min_time | min_power
-    tokens: float
-    deadline_s: float | None = None
-    budget_usd: float | None = None
-    budget_covers: str = "capex"
-    power_cap_w: float | None = None
-    opex_usd_per_w: float = 0.0  # electricity (and colocation) over the horizon per watt of IT load
-    demands: tuple[tuple[str, float], ...] = ()  # (request class, output tokens/s) for serving
-    maintenance: float = 0.0  # fraction of the on-site hardware's catalog value paid over the horizon
-    install_usd_per_server: float = 0.0  # per server bought
-    racks: RackLimits | None = None  # None: racks are not modelled
-    server_caps: tuple[tuple[str, int], ...] = ()  # server id -> most bought
-
-    @property
-    def required_tokens_per_s(self) -> float | None:
-        return self.tokens / self.deadline_s if self.deadline_s and self.tokens else None
-
-
-@dataclass(frozen=True)
-class GroupCount:
-    group: str
-    gpus: int
-    servers: int
-    leaf_switches: int
-    spine_switches: int
-    owned_gpus: int = 0  # of ``gpus``, already owned
-    owned_servers: int = 0
-
-
-@dataclass(frozen=True)
-class Costs:
-    """What a set of purchases costs, term by term (constraints (9)-(11) and the objective)."""
-
-    capex: float  # hardware bought, installation and new racks
-    value: float  # catalog value of all on-site hardware in use, owned too (what maintenance is on)
-    power_w: float  # on-site IT power
-    rent: float  # cloud rental over the horizon (or the training job)
-    racks: int  # racks the on-site hardware fills (0 when racks are not modelled)
-    new_racks: int
-
-    def opex(self, targets: Targets) -> float:
-        return targets.opex_usd_per_w * self.power_w + targets.maintenance * self.value
 
 
 @dataclass(frozen=True)
@@ -168,120 +137,6 @@ class MilpSolution:
         return out
 
 
-def network_switches(group: Group, servers: int) -> tuple[int, int]:
-    """(leaf, spine) switches for ``servers`` on the group's fabric: constraint (6) in closed form."""
-    if group.fabric is None or servers == 0:
-        return 0, 0
-    ports = group.ports_per_server * servers
-    if ports <= group.switch_ports:
-        return 1, 0
-    leaves = math.ceil(2 * ports / group.switch_ports)
-    return leaves, math.ceil(leaves / 2)
-
-
-def capex_parts(group: Group, count: GroupCount, install_usd: float = 0.0) -> dict[str, float]:
-    """Capex of one group's purchase by part: constraint (9). Owned GPUs and servers (and the NICs
-    of owned servers that carry the fabric) cost nothing; rented groups cost no capex."""
-    if group.rented:
-        return {}
-    bought_servers = count.servers - count.owned_servers
-    nic_servers = bought_servers if group.owned_nics else count.servers
-    return {"gpus": (count.gpus - count.owned_gpus) * group.gpu_usd,
-            "servers": bought_servers * group.server_usd,
-            "installation": bought_servers * install_usd,
-            "network": (nic_servers * group.ports_per_server * group.port_usd
-                        + (count.leaf_switches + count.spine_switches) * group.switch_usd)}
-
-
-def group_costs(group: Group, count: GroupCount, install_usd: float = 0.0) -> tuple[float, float, float]:
-    """(capex USD, catalog value USD, IT power W) of one group's hardware: constraints (9), (10).
-    Owned GPUs and servers cost nothing to buy but count in value and power; rented ones in neither."""
-    if group.rented:
-        return 0.0, 0.0, 0.0
-    switches = count.leaf_switches + count.spine_switches
-    port_usd = group.ports_per_server * group.port_usd
-    value = count.gpus * group.gpu_usd + count.servers * (group.server_usd + port_usd) + switches * group.switch_usd
-    power = (count.gpus * group.gpu_w + count.servers * (group.server_w + group.ports_per_server * group.port_w)
-             + switches * group.switch_w)
-    return sum(capex_parts(group, count, install_usd).values()), value, power
-
-
-def rent_cost(group: Group, gpus: int, tokens: float, plan: Candidate | None = None) -> float:
-    """USD of renting ``gpus`` of a rented group: capacity billed for its hours, or (a training job
-    on demand) the job's GPU-hours, tokens · TP·PP / (tokens/s per replica) / 3600 per GPU-hour."""
-    if not group.rented:
-        return 0.0
-    if group.rent_hours > 0:
-        return group.rent_usd_per_gpu_h * group.rent_hours * gpus
-    if plan is None:
-        return 0.0
-    return group.rent_usd_per_gpu_h * job_gpu_hours(plan, tokens)
-
-
-def job_gpu_hours(plan: Candidate, tokens: float) -> float:
-    """GPU-hours of a training job: independent of dp, since GPUs and tokens/s both scale with it."""
-    return tokens * plan.gpus_per_replica / plan.replica_tokens_per_s / 3600.0
-
-
-def racks_needed(racks: RackLimits, groups: dict[str, Group], purchases: tuple[GroupCount, ...]) -> int:
-    """Racks the on-site hardware fills: by power (kW per rack) and by height (1U per switch)."""
-    power = units = 0.0
-    for p in purchases:
-        g = groups[p.group]
-        if g.rented:
-            continue
-        power += group_costs(g, p)[2]
-        units += g.rack_units * p.servers + p.leaf_switches + p.spine_switches
-    return max(math.ceil(power / racks.kw - 1e-9), math.ceil(units / racks.units - 1e-9), 0)
-
-
-def solution_costs(table: PlanTable, targets: Targets, purchases: tuple[GroupCount, ...],
-                   plan: Candidate | None) -> Costs:
-    """Every cost term of a set of purchases, in closed form (the re-check of the MIP's sums)."""
-    capex = value = power = rent = 0.0
-    for p in purchases:
-        g = table.groups[p.group]
-        c, v, w = group_costs(g, p, targets.install_usd_per_server)
-        capex, value, power = capex + c, value + v, power + w
-        job = plan if plan is not None and plan.group == g.key else None
-        rent += rent_cost(g, p.gpus, targets.tokens, job)
-    racks = new_racks = 0
-    if targets.racks is not None:
-        racks = racks_needed(targets.racks, table.groups, purchases)
-        new_racks = racks if targets.racks.count is None else 0
-        capex += new_racks * targets.racks.usd
-    return Costs(capex, value, power, rent, racks, new_racks)
-
-
-def purchase(group: Group, used_gpus: int) -> GroupCount:
-    """The least hardware that runs ``used_gpus`` on ``group`` (what the MIP's min-cost reaches),
-    drawing on the group's owned GPUs and servers first."""
-    servers = math.ceil(used_gpus / group.slots)
-    gpus = servers * group.slots if group.full_only else used_gpus
-    leaves, spines = (0, 0) if group.rented else network_switches(group, servers)
-    return GroupCount(group.key, gpus, servers, leaves, spines, min(group.owned_gpus, gpus),
-                      min(group.owned_servers, servers))
-
-
-def least_purchases(table: PlanTable, used: dict[str, int]) -> tuple[GroupCount, ...]:
-    """``purchase`` for every group used, with each inventory pool shared out: groups of one pool
-    (for example loose cards that several server types can hold) together use at most what it has.
-    Owned GPUs of a pool are all the same part, so which group takes them does not change the cost."""
-    left: dict[str, list[int]] = {}
-    out = []
-    for h, gpus in sorted(used.items()):
-        g = table.groups[h]
-        need = purchase(g, gpus)
-        if g.pool is not None:
-            pool = left.setdefault(g.pool, [g.owned_gpus, g.owned_servers])
-            owned_gpus, owned_servers = min(need.owned_gpus, pool[0]), min(need.owned_servers, pool[1])
-            pool[0] -= owned_gpus
-            pool[1] -= owned_servers
-            need = replace(need, owned_gpus=owned_gpus, owned_servers=owned_servers)
-        out.append(need)
-    return tuple(out)
-
-
 def replica_bound(r: ServeCandidate, targets: Targets) -> int:
     """More than ⌈D_k / rate⌉ replicas of one type is never needed (one type alone covers D_k)."""
     demand = dict(targets.demands).get(r.demand, 0.0)
@@ -302,6 +157,11 @@ def _bounds(table: PlanTable, targets: Targets) -> dict[str, tuple[int, int]]:
         servers = math.ceil((gpus.get(h, 0) + serving.get(h, 0)) / g.slots)
         out[h] = (servers * g.slots, servers)
     return out
+
+
+def _leaf_bound(g: Group, servers: int) -> int:
+    """Most leaf switches ``servers`` can need (also the most spines, since u_h ≤ P_h)."""
+    return max(1, math.ceil(g.ports_per_server * servers / g.leaf_down))
 
 
 @contextlib.contextmanager
@@ -433,16 +293,17 @@ def solve(table: PlanTable, targets: Targets, backend: str = "ortools", time_lim
     dp = {c.key: model.int_var(0, c.dp_max, f"dp[{c.key}]") for c in table.candidates}
     n = {r.key: model.int_var(0, replica_bound(r, targets), f"replicas[{r.key}]") for r in table.serving}
     bounds = _bounds(table, targets)
-    G, S, L, K, Y, OG, OS = {}, {}, {}, {}, {}, {}, {}
+    G, S, L, K, Y, E, OG, OS = {}, {}, {}, {}, {}, {}, {}, {}
     for h, g in sorted(table.groups.items()):
         gmax, smax = bounds[h]
         G[h] = model.int_var(0, gmax, f"gpus[{h}]")
         S[h] = model.int_var(0, smax, f"servers[{h}]")
         if g.fabric is not None and not g.rented:
-            lmax = max(1, math.ceil(2 * g.ports_per_server * smax / g.switch_ports))
+            lmax = _leaf_bound(g, smax)
             L[h] = model.int_var(0, lmax, f"leaf[{h}]")
             K[h] = model.int_var(0, lmax, f"spine[{h}]")
             Y[h] = model.bool_var(f"multi_switch[{h}]")
+            E[h] = model.int_var(0, lmax * g.leaf_up, f"uplinks[{h}]")
         if g.pool is not None:
             OG[h] = model.int_var(0, min(g.owned_gpus, gmax), f"owned_gpus[{h}]")
             OS[h] = model.int_var(0, min(g.owned_servers, smax), f"owned_servers[{h}]")
@@ -488,24 +349,26 @@ def solve(table: PlanTable, targets: Targets, backend: str = "ortools", time_lim
             continue
         caps.setdefault(("gpu", g.gpu), []).append(bought_g)
         caps.setdefault(("server", g.server), []).append(bought_s)
-        switches = 0
+        switches = uplinks = 0
         if g.fabric is not None:  # (6)
-            q, P = g.ports_per_server, g.switch_ports
+            q, P, d, u = g.ports_per_server, g.switch_ports, g.leaf_down, g.leaf_up
             smax = bounds[h][1]
-            big_ports = q * smax
-            big_leaf = 2 * q * smax / P
+            lmax = _leaf_bound(g, smax)  # L's upper bound: the M that switches the two-tier rows off
             model.add(L[h] * P >= q * S[h], f"leaf_ports[{h}]")
             model.add(L[h] >= model.total([x[c.key] for c in cands]), f"leaf_needed[{h}]")
-            model.add(q * S[h] <= P + big_ports * Y[h], f"one_switch[{h}]")
-            model.add(L[h] >= (2.0 * q / P) * S[h] - big_leaf * (1 - Y[h]), f"fat_tree_leaf[{h}]")
-            lmax = max(1, math.ceil(big_leaf))  # L's upper bound: the M that switches (6c) off
-            model.add(2 * K[h] >= L[h] - lmax * (1 - Y[h]), f"fat_tree_spine[{h}]")
-            switches = L[h] + K[h]
-        port_usd = g.ports_per_server * g.port_usd
+            model.add(q * S[h] <= P + q * smax * Y[h], f"one_switch[{h}]")
+            model.add(L[h] >= (q / d) * S[h] - lmax * (1 - Y[h]), f"fat_tree_leaf[{h}]")
+            model.add(P * K[h] >= u * L[h] - u * lmax * (1 - Y[h]), f"fat_tree_spine[{h}]")
+            model.add(E[h] >= u * L[h] - u * lmax * (1 - Y[h]), f"fat_tree_uplinks[{h}]")
+            switches, uplinks = L[h] + K[h], E[h]
+        port_usd = g.ports_per_server * (g.port_usd + g.cable_usd)
         capex_terms += [g.gpu_usd * bought_g, (g.server_usd + targets.install_usd_per_server) * bought_s,
-                        port_usd * (bought_s if g.owned_nics else S[h]), g.switch_usd * switches]
-        value_terms += [g.gpu_usd * G[h], (g.server_usd + port_usd) * S[h], g.switch_usd * switches]
-        power_terms += [g.gpu_w * G[h], (g.server_w + g.ports_per_server * g.port_w) * S[h], g.switch_w * switches]
+                        port_usd * (bought_s if g.owned_nics else S[h]), g.switch_usd * switches,
+                        g.uplink_usd * uplinks]
+        value_terms += [g.gpu_usd * G[h], (g.server_usd + port_usd) * S[h], g.switch_usd * switches,
+                        g.uplink_usd * uplinks]
+        power_terms += [g.gpu_w * G[h], (g.server_w + g.ports_per_server * (g.port_w + g.cable_w)) * S[h],
+                        g.switch_w * switches, g.uplink_w * uplinks]
         units_terms += [g.rack_units * S[h], switches]
     pools: dict[str, tuple[int, int, list[str]]] = {}
     for h, g in sorted(table.groups.items()):
@@ -530,8 +393,10 @@ def solve(table: PlanTable, targets: Targets, backend: str = "ortools", time_lim
             watts = units = 0.0
             for h, g in table.groups.items():
                 gmax, smax = bounds[h]
-                switches = 2 * max(1, math.ceil(2 * g.ports_per_server * smax / g.switch_ports)) if h in L else 0
-                watts += gmax * g.gpu_w + smax * (g.server_w + g.ports_per_server * g.port_w) + switches * g.switch_w
+                switches = 2 * _leaf_bound(g, smax) if h in L else 0
+                links = _leaf_bound(g, smax) * g.leaf_up if h in L else 0
+                watts += (gmax * g.gpu_w + smax * (g.server_w + g.ports_per_server * (g.port_w + g.cable_w))
+                          + switches * g.switch_w + links * g.uplink_w)
                 units += smax * g.rack_units + switches
             most = math.ceil(watts / rk.kw) + math.ceil(units / rk.units) + 1
         R = model.int_var(0, most, "racks")

@@ -173,6 +173,13 @@ class HardwareChoice(Strict):
     max_units: dict[str, int] = {}  # GPU or server id -> most units that can be bought
 
 
+class NetworkChoice(Strict):
+    """How the scale-out fabric is built: leaf downlinks per uplink (1 = non-blocking fat tree;
+    2 = 2:1, half the spine capacity, less bandwidth between servers on different leaves)."""
+
+    oversubscription: float = Field(default=1.0, ge=1.0, le=16.0)
+
+
 class Cost(Strict):
     horizon_years: float | None = Field(default=None, gt=0, le=20)
 
@@ -221,6 +228,7 @@ class ProblemFile(Strict):
     budget: Budget | None = None
     site: Site = Site()
     hardware: HardwareChoice = HardwareChoice()
+    network: NetworkChoice = NetworkChoice()
     cost: Cost = Cost()
     search: Search = Search()
     solver: SolverOptions = SolverOptions()
@@ -287,6 +295,7 @@ class Problem:
     racks: RackLimits | None = None
     prices: tuple[PriceOverride, ...] = ()
     region: str | None = None
+    oversubscription: float = 1.0  # leaf downlinks per uplink in a two-tier fabric
 
     def may_buy(self, gpu: str) -> bool:
         return gpu in (self.buy_gpus if self.buy_gpus is not None else self.gpus)
@@ -423,6 +432,7 @@ def problem_from_data(data: dict, path: Path, catalog: Catalog) -> Problem:
         serve_precisions=tuple(dict.fromkeys(w.precisions)) if serving else (),
         kv_precision=w.kv_precision if serving else "fp16",
         confidence=spec.confidence,
+        oversubscription=spec.network.oversubscription,
         **extra,
     )
 

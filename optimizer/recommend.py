@@ -73,6 +73,8 @@ def verify(problem: Problem, catalog: Catalog, table: PlanTable,
     c = sol.candidate
     group = table.groups[c.group]
     hw = catalog.hardware(group.gpu, group.server, group.fabric)
+    if group.spans_leaves(sol.counts.servers):
+        hw = hw.oversubscribed(group.oversubscription)
     result = train_step(problem.model, hw, replace(c.plan, dp=sol.dp * c.plan.ep), catalog.efficiency)
     factor = confidence_factor(problem, catalog)
     planned = result.tokens_per_s * factor
@@ -202,8 +204,8 @@ class Repair:
         if self.limit == "power":
             return (f"power: the least IT power that meets the other targets is {self.needed / 1e3:,.2f} kW; "
                     f"the cap is {self.current / 1e3:,.1f} kW (+{(self.needed - self.current) / 1e3:,.2f} kW)")
-        return (f"deadline: the fastest cluster within the other limits takes {self.needed / 86400:,.2f} days; "
-                f"the deadline is {self.current / 86400:,.1f} days (+{(self.needed - self.current) / 86400:,.2f} days)")
+        return (f"deadline: the fastest cluster within the other limits takes {self.needed / 86400:,.3f} days; "
+                f"the deadline is {self.current / 86400:,.1f} days (+{(self.needed - self.current) / 86400:,.3f} days)")
 
 
 def repairs(problem: Problem, catalog: Catalog, table: PlanTable, backend: str, limit: float) -> list[Repair]:
@@ -213,7 +215,7 @@ def repairs(problem: Problem, catalog: Catalog, table: PlanTable, backend: str, 
     The budget: minimise capex (or TCO, if that is what the budget covers) without the budget;
     the power cap: minimise IT power without the cap; the deadline: maximise tokens/s without it.
     Plans are re-enumerated without a relaxed budget or cap, which also bound each plan's GPUs.
-    Values are rounded up ($1, 10 W, 0.01 day) so that applying them is feasible.
+    Values are rounded up ($1, 10 W, 0.001 day) so that applying them is feasible.
     """
     out = []
     targets = targets_of(problem)
@@ -235,7 +237,7 @@ def repairs(problem: Problem, catalog: Catalog, table: PlanTable, backend: str, 
     if problem.deadline_s is not None and problem.kind == "train":
         s = _solve_if_any(table, replace(targets, deadline_s=None, objective="min_time"), backend, limit, problem)
         if s is not None and s.tokens_per_s > 0:
-            days = math.ceil(problem.tokens / s.tokens_per_s / 864) / 100
+            days = math.ceil(problem.tokens / s.tokens_per_s / 86.4) / 1000
             out.append(Repair("deadline", problem.deadline_s, days * 86400))
     return out
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from optimizer.catalog import Catalog, Price
 from optimizer.errors import ProblemError
-from optimizer.milp import rent_cost
+from optimizer.milp import fabric_links, rent_cost
 from optimizer.recommend import HOURS_PER_YEAR, Recommendation
 from optimizer.tco import break_even, break_even_lines, cost_lines, cost_terms, price_lines, prices_used
 
@@ -89,17 +89,30 @@ def bill_of_materials(rec: Recommendation, catalog: Catalog) -> list[BomRow]:
             continue
         fabric = catalog.fabrics[g.fabric]
         switch = catalog.switches[fabric.switch]
+        owned_nics = bought.owned_servers if g.owned_nics else 0
         if fabric.nic is not None:
             nic = catalog.nics[fabric.nic]
-            owned_nics = bought.owned_servers if g.owned_nics else 0
+            each = f"{nic.name}, {fabric.nics_per_server} per server"
             if owned_nics:
-                rows.append(BomRow("owned", nic.id, nic.name + owned, owned_nics * fabric.nics_per_server, 0.0,
+                rows.append(BomRow("owned", nic.id, each + owned, owned_nics * fabric.nics_per_server, 0.0,
                                    nic.power_w, "inventory"))
-            rows.append(BomRow("nic", nic.id, nic.name, (bought.servers - owned_nics) * fabric.nics_per_server,
+            rows.append(BomRow("nic", nic.id, each, (bought.servers - owned_nics) * fabric.nics_per_server,
                                nic.price.usd, nic.power_w, _src(nic.price)))
+        links, uplinks = fabric_links(g, bought)
+        owned_links = owned_nics * g.ports_per_server
+        for cable_id, count, where, category in (
+                (fabric.server_cable, owned_links, "server to leaf" + owned, "owned"),
+                (fabric.server_cable, links - owned_links, "server to leaf", "cable"),
+                (fabric.switch_cable, uplinks, "leaf to spine", "cable")):
+            if cable_id is not None and count:
+                cable = catalog.cables[cable_id]
+                rows.append(BomRow(category, cable.id, f"{cable.name} ({where})", count,
+                                   0.0 if category == "owned" else cable.price.usd, cable.power_w,
+                                   "inventory" if category == "owned" else _src(cable.price)))
         switches = bought.leaf_switches + bought.spine_switches
-        tier = ("leaf" if bought.spine_switches == 0
-                else f"{bought.leaf_switches} leaf + {bought.spine_switches} spine")
+        tier = ("one switch" if bought.spine_switches == 0
+                else f"{bought.leaf_switches} leaf + {bought.spine_switches} spine; each leaf {g.leaf_down} ports "
+                     f"down, {g.leaf_up} up, {g.oversubscription:.3g}:1")
         rows.append(BomRow("switch", switch.id, f"{switch.name} ({tier})", switches, switch.price.usd,
                            switch.power_w, _src(switch.price)))
     costs = rec.solution.costs
@@ -194,7 +207,37 @@ def _training_plan(rec: Recommendation) -> dict[str, Any]:
         "memory_gb_per_gpu": perf.memory.total / 1e9,
         "memory_breakdown_gb": {k: v / 1e9 for k, v in perf.memory.breakdown().items()},
         "candidate": c.key,
+        "network": network_summary(g, sol.counts),
     }
+
+
+def network_summary(g, count) -> dict[str, Any] | None:
+    """The fabric of a purchase: ports, leaves and spines, the leaf port split, links."""
+    if g.fabric is None or g.rented:
+        return None
+    links, uplinks = fabric_links(g, count)
+    return {"fabric": g.fabric, "ports_per_server": g.ports_per_server, "server_links": links,
+            "leaf_switches": count.leaf_switches, "spine_switches": count.spine_switches,
+            "leaf_ports_down": g.leaf_down, "leaf_ports_up": g.leaf_up,
+            "oversubscription": g.oversubscription if count.spine_switches else 1.0, "uplinks": uplinks,
+            "switch_ports": g.switch_ports,
+            "two_tier_max_servers": g.switch_ports * g.leaf_down // g.ports_per_server}
+
+
+def network_line(net: dict[str, Any]) -> str:
+    """One sentence on how the fabric is built (and whether two tiers suffice)."""
+    head = (f"Network {net['fabric']}: {net['ports_per_server']} port(s) per server, "
+            f"{net['server_links']} server links")
+    if not net["spine_switches"]:
+        return f"{head} on one {net['switch_ports']}-port switch."
+    ratio = "non-blocking" if net["oversubscription"] == 1 else f"{net['oversubscription']:.3g}:1 oversubscribed"
+    line = (f"{head} on {net['leaf_switches']} leaf + {net['spine_switches']} spine switches (each leaf "
+            f"{net['leaf_ports_down']} ports down, {net['leaf_ports_up']} up: {ratio}), {net['uplinks']} "
+            "leaf-spine links.")
+    if net["server_links"] > net["two_tier_max_servers"] * net["ports_per_server"]:
+        line += (f" This exceeds a two-tier fat tree ({net['two_tier_max_servers']} servers at most): a third "
+                 "switch tier is needed, and its switches and links are not priced here.")
+    return line
 
 
 def _serving_plan(rec: Recommendation) -> dict[str, Any]:
@@ -245,6 +288,9 @@ def assumptions_used(rec: Recommendation, catalog: Catalog) -> list[str]:
             switch = catalog.switches[fabric.switch]
             if switch.price.assumption:
                 out.append(f"{switch.id} price: {switch.price.source}")
+            for cable_id in (fabric.server_cable, fabric.switch_cable):
+                if cable_id is not None and catalog.cables[cable_id].price.assumption:
+                    out.append(f"{cable_id} price: {catalog.cables[cable_id].price.source}")
     return list(dict.fromkeys(out))
 
 
@@ -336,6 +382,7 @@ def _training_text(s: dict[str, Any], h) -> list[str]:
         f"{plan['micro_batch']} x {plan['micro_batches']} per step, global batch {plan['global_batch_seqs']} "
         f"sequences, {plan['recompute']} recompute, ZeRO-{plan['zero']}"
         f"{', sequence parallel' if plan['sequence_parallel'] else ''}, {plan['precision']}.",
+        *([network_line(plan["network"])] if plan.get("network") else []),
         f"Memory per GPU {plan['memory_gb_per_gpu']:,.1f} GB: "
         + ", ".join(f"{k} {v:,.1f}" for k, v in plan["memory_breakdown_gb"].items()) + ".",
         f"Step time {plan['step_time_s']:,.3f} s: "

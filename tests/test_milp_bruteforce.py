@@ -10,7 +10,7 @@ import pytest
 
 from optimizer.milp import Status, Targets, purchase, solution_costs, solve
 from optimizer.perf.specs import TrainPlan
-from optimizer.plans import Candidate, Group, PlanTable
+from optimizer.plans import Candidate, Group, PlanTable, leaf_split
 from optimizer.procurement import RackLimits
 
 
@@ -30,9 +30,19 @@ def _procurement(g: Group, ext: random.Random) -> Group:
     return g
 
 
-def random_instance(rng: random.Random, ext: random.Random | None = None) -> tuple[PlanTable, Targets]:
+def _fabric(g: Group, net: random.Random) -> Group:
+    """A random fabric build: leaf oversubscription 1-4, links priced and powered (issue 6)."""
+    if g.fabric is None:
+        return g
+    down, up = leaf_split(g.switch_ports, net.choice([1.0, 1.0, 1.5, 2.0, 3.0, 4.0]))
+    return replace(g, leaf_down=down, leaf_up=up, cable_usd=net.uniform(0, 800), cable_w=net.uniform(0, 20),
+                   uplink_usd=net.uniform(0, 800), uplink_w=net.uniform(0, 20))
+
+
+def random_instance(rng: random.Random, ext: random.Random | None = None,
+                    net: random.Random | None = None) -> tuple[PlanTable, Targets]:
     """A random plan table and targets; ``ext`` (if given) adds owned, rented and capped groups,
-    maintenance, installation and racks."""
+    maintenance, installation and racks; ``net`` sizes fabrics at a random oversubscription."""
     groups: dict[str, Group] = {}
     candidates: list[Candidate] = []
     for gi in range(rng.randint(1, 3)):
@@ -44,6 +54,7 @@ def random_instance(rng: random.Random, ext: random.Random | None = None) -> tup
                   rng.uniform(5, 30) if fabric else 0.0, rng.choice([8, 16, 32]) if fabric else 0,
                   rng.uniform(2e3, 4e4) if fabric else 0.0, rng.uniform(50, 1000) if fabric else 0.0,
                   rack_units=rng.choice([2, 4, 8]))
+        g = _fabric(g, net or random.Random(0))
         if ext is not None:
             g = _procurement(g, ext)
         groups[g.key] = g
@@ -110,7 +121,8 @@ def brute_force(table: PlanTable, t: Targets) -> float | None:
 
 def _check(seed: int, backend: str, extended: bool = False) -> None:
     rng = random.Random(seed)
-    table, targets = random_instance(rng, random.Random(seed * 7 + 1) if extended else None)
+    table, targets = random_instance(rng, random.Random(seed * 7 + 1) if extended else None,
+                                     random.Random(seed * 13 + 5))
     expected = brute_force(table, targets)
     sol = solve(table, targets, backend, time_limit_s=20, mip_gap=0.0)
     if expected is None:
@@ -188,3 +200,17 @@ def test_fast_pruning_keeps_exactly_what_the_dominance_rule_keeps():
                 reference.append(c)
         assert {c.key for c in fast} == {c.key for c in reference}, seed
         assert pruned == len(cands) - len(reference)
+
+
+def test_fabric_instances_reach_oversubscribed_two_tier_optima():
+    """The random fabrics are not all single switches: some optima need leaves and spines at an
+    oversubscription above 1, so the brute-force checks above cover constraint (6)'s two-tier rows."""
+    seen = set()
+    for seed in range(200):
+        table, targets = random_instance(random.Random(seed), None, random.Random(seed * 13 + 5))
+        sol = solve(table, targets, "ortools", time_limit_s=20, mip_gap=0.0)
+        for p in sol.purchases:
+            g = table.groups[p.group]
+            if p.spine_switches:
+                seen.add(g.oversubscription > 1)
+    assert seen == {True, False}

@@ -115,7 +115,7 @@ def test_shipped_problems_sweep_monotone(catalog):
             assert costs == sorted(costs)  # more demand never cheaper
         if name == "lab_budget":
             row = next(r for r in result.rows if r.values == (500e3,))
-            assert row.gpu == "rtx-6000-ada" and row.gpus == 60 and row.capex == pytest.approx(472_440)
+            assert row.gpu == "rtx-6000-ada" and row.gpus == 60 and row.capex == pytest.approx(474_690)
 
 
 def test_price_scenarios_move_the_optimum(tmp_path, catalog):
@@ -153,7 +153,7 @@ def test_cli_sweep_writes_csv_and_png(tmp_path, tiny_problem):
 def test_cli_sweep_bad_input_exits_2(tiny_problem):
     for args, text in ((["--budget", "1:2"], "START:STOP:COUNT"), (["--price", "h100-sxm"], "ID=CHANGE"),
                        (["--deadline", "5:20:4", "--plot", "x.jpg"], "PNG"), ([], "nothing to sweep"),
-                       (["--price", "nosuch=-10%"], "no GPU, server, NIC, switch or cloud offer")):
+                       (["--price", "nosuch=-10%"], "no GPU, server, NIC, switch, cable or cloud offer")):
         r = CliRunner().invoke(main, ["sweep", str(tiny_problem), *args])
         assert r.exit_code == 2 and text in r.output and "Traceback" not in r.output, (args, r.output)
 

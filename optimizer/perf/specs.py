@@ -6,7 +6,7 @@ TFLOPS) are converted once, in ``optimizer.catalog``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp16", "fp8")
@@ -123,6 +123,14 @@ class Hardware:
     def group_link(self, size: int) -> Link:
         """The link a collective among ``size`` GPUs of one node runs over."""
         return self.link if size <= self.link_domain else self.host_bus
+
+    def oversubscribed(self, factor: float) -> Hardware:
+        """The cluster on a fabric whose leaves have ``factor`` times more downlinks than uplinks:
+        traffic between leaves shares the uplinks, so a collective spanning leaves gets at most
+        1/factor of each node's line rate (a bound: rings that stay within a leaf do better)."""
+        if self.network is None or factor <= 1.0:
+            return self
+        return replace(self, network=replace(self.network, bw_one_way=self.network.bw_one_way / factor))
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,13 @@ class Group:
     rent_hours: float = 0.0  # hours billed per rented GPU (0: a training job's own GPU-hours, on demand)
     rent_step: int = 0  # GPUs per rented instance
     buy_cap: int | None = None  # most GPUs bought (or rented) beyond the owned ones; None: no cap
+    # Fabric sizing, constraint (6): the links (cable and transceivers) and a leaf's port split
+    cable_usd: float = 0.0  # one server-port link, server to leaf
+    cable_w: float = 0.0
+    uplink_usd: float = 0.0  # one leaf-to-spine link
+    uplink_w: float = 0.0
+    leaf_down: int = 0  # leaf ports facing servers in a two-tier fabric
+    leaf_up: int = 0  # leaf ports facing spines (leaf_down / leaf_up ≈ the oversubscription)
 
     @property
     def key(self) -> str:
@@ -91,7 +98,24 @@ class Group:
     @property
     def server_power_w(self) -> float:
         """One full server's IT power (what a rack must take)."""
-        return self.slots * self.gpu_w + self.server_w + self.ports_per_server * self.port_w
+        return self.slots * self.gpu_w + self.server_w + self.ports_per_server * (self.port_w + self.cable_w)
+
+    @property
+    def oversubscription(self) -> float:
+        return self.leaf_down / self.leaf_up if self.leaf_up else 1.0
+
+    def spans_leaves(self, servers: int) -> bool:
+        """True when ``servers`` need more ports than one switch has (a two-tier fabric)."""
+        return self.fabric is not None and self.ports_per_server * servers > self.switch_ports
+
+
+def leaf_split(switch_ports: int, oversubscription: float) -> tuple[int, int]:
+    """(down, up) ports of a leaf switch: the most server-facing ports d with d + ⌈d / o⌉ ≤ P, so
+    that downlinks are at most o times the ⌈d / o⌉ uplinks (o = 1: a non-blocking fat tree, d = P/2)."""
+    down = int(switch_ports * oversubscription / (1 + oversubscription)) + 1
+    while down + math.ceil(down / oversubscription - 1e-9) > switch_ports:
+        down -= 1
+    return down, math.ceil(down / oversubscription - 1e-9)
 
 
 @dataclass(frozen=True)
@@ -173,23 +197,33 @@ def _site_groups(problem: Problem, catalog: Catalog, gpu_id: str, role: str) -> 
         if role == "train":
             fabrics += [f for f in server.fabrics if f not in problem.exclude_fabrics]
         for fid in fabrics:
-            ports = port_usd = port_w = 0.0
-            switch_ports, switch_usd, switch_w = 0, 0.0, 0.0
-            if fid is not None:
-                fabric = catalog.fabrics[fid]
-                ports, _ = catalog.fabric_ports(fabric)
-                if fabric.nic is not None:
-                    nic = catalog.nics[fabric.nic]
-                    port_usd, port_w = nic.price.usd / nic.ports, nic.power_w / nic.ports
-                switch = catalog.switches[fabric.switch]
-                switch_ports, switch_usd, switch_w = switch.ports, switch.price.usd, switch.power_w
-            groups.append(Group(gpu_id, server.id, fid, server.slots, server.full_only, gpu.price.usd,
-                                server.price.usd, gpu.tdp_w, server.base_power_w, int(ports), port_usd,
-                                port_w, switch_ports, switch_usd, switch_w, role, server.rack_units,
-                                owned.count if owned else 0, owned.servers if owned else 0,
-                                bool(owned and fid is not None and owned.fabric == fid),
-                                owned.pool if owned else None, buy_cap=problem.buy_cap(gpu_id)))
+            groups.append(replace(
+                Group(gpu_id, server.id, fid, server.slots, server.full_only, gpu.price.usd, server.price.usd,
+                      gpu.tdp_w, server.base_power_w, 0, 0.0, 0.0, 0, 0.0, 0.0, role, server.rack_units,
+                      owned.count if owned else 0, owned.servers if owned else 0,
+                      bool(owned and fid is not None and owned.fabric == fid), owned.pool if owned else None,
+                      buy_cap=problem.buy_cap(gpu_id)),
+                **(_fabric_fields(catalog, fid, problem.oversubscription) if fid is not None else {})))
     return groups
+
+
+def _fabric_fields(catalog: Catalog, fabric_id: str, oversubscription: float) -> dict:
+    """A fabric's per-port and per-switch figures, as Group fields."""
+    fabric = catalog.fabrics[fabric_id]
+    ports, _ = catalog.fabric_ports(fabric)
+    out: dict = {"ports_per_server": int(ports)}
+    if fabric.nic is not None:
+        nic = catalog.nics[fabric.nic]
+        out.update(port_usd=nic.price.usd / nic.ports, port_w=nic.power_w / nic.ports)
+    switch = catalog.switches[fabric.switch]
+    down, up = leaf_split(switch.ports, oversubscription)
+    out.update(switch_ports=switch.ports, switch_usd=switch.price.usd, switch_w=switch.power_w,
+               leaf_down=down, leaf_up=up)
+    for name, cable_id in (("cable", fabric.server_cable), ("uplink", fabric.switch_cable)):
+        if cable_id is not None:
+            cable = catalog.cables[cable_id]
+            out.update({f"{name}_usd": cable.price.usd, f"{name}_w": cable.power_w})
+    return out
 
 
 def rent_hours(problem: Problem, term_hours: float, role: str) -> float:

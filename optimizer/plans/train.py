@@ -200,11 +200,13 @@ def _add_bands(problem: Problem, group: Group, hw: Hardware, eff, plan: TrainPla
     per_node = max(1, group.slots // mp)
     for band_lo, band_hi in _dp_bands(lo, hi, per_node, group.fabric is not None):
         worst = replace(plan, dp=band_hi * plan.ep)
-        result = train_step(problem.model, hw, worst, eff)
+        servers = math.ceil(band_hi * mp / group.slots)
+        band_hw = hw.oversubscribed(group.oversubscription) if group.spans_leaves(servers) else hw
+        result = train_step(problem.model, band_hw, worst, eff)
         # Communication grows with dp and the sharded optimizer step shrinks with it (∝ 1/dp under
         # ZeRO ≥ 1), so the slowest step anywhere in the band is at most step(dp_max) with
         # dp_min's optimizer step.
-        opt = optimizer_time(problem.model, worst, hw, eff)
+        opt = optimizer_time(problem.model, worst, band_hw, eff)
         step = result.step_time + (opt * (band_hi / band_lo - 1.0) if plan.zero >= 1 else 0.0)
         vp = f"v{plan.virtual_stages}" if plan.virtual_stages > 1 else ""
         cp = (f"-cp{plan.cp}" if plan.cp > 1 else "") + (f"-ep{plan.ep}" if plan.ep > 1 else "")
