@@ -14,9 +14,8 @@ from pathlib import Path
 
 from optimizer.catalog import load_catalog
 from optimizer.milp import solve
-from optimizer.plans import enumerate_candidates
 from optimizer.problem import load_priced
-from optimizer.recommend import targets_of
+from optimizer.recommend import plan_table, targets_of
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,7 +28,7 @@ def main(paths: list[str]) -> None:
     for path in files:
         problem, priced = load_priced(path, catalog)
         t0 = time.perf_counter()
-        table = enumerate_candidates(problem, priced)
+        table = plan_table(problem, priced)
         t_plans = time.perf_counter() - t0
         sols = {backend: solve(table, targets_of(problem), backend, problem.solver.time_limit_s,
                                problem.solver.mip_gap) for backend in ("ortools", "pulp")}

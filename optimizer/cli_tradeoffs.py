@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from optimizer.catalog import load_catalog
-from optimizer.cli_common import catalog_option, handle_errors, price_option
+from optimizer.cli_common import catalog_option, handle_errors, one_workload, price_option
 from optimizer.errors import ProblemError, SolverError
 
 solver_option = click.option("--solver", type=click.Choice(["ortools", "pulp"]), default=None,
@@ -68,6 +68,7 @@ def sweep(problem_file: Path, budget: str | None, deadline: str | None, tokens: 
 
     _png_path(plot_file)
     problem, catalog = load_priced(problem_file, load_catalog(catalog_dir))
+    one_workload(problem, "sweep")
     axes = parse_axes(problem, catalog, budget, deadline, tokens, power, demand, prices)
     points = math.prod(len(a.values) for a in axes)
     if points > 10_000:
@@ -130,6 +131,7 @@ def explain(problem_file: Path, fmt: str, solver: str | None, time_limit: float 
     from optimizer.problem import load_priced
 
     problem, catalog = load_priced(problem_file, load_catalog(catalog_dir), prices)
+    one_workload(problem, "explain")
     result = run_explain(problem, catalog, solver, time_limit)
     click.echo(json.dumps(to_json(result), indent=2) if fmt == "json" else render_text(result), nl=fmt == "json")
     if result.best is None:
@@ -203,6 +205,7 @@ def report_cmd(problem_file: Path, output: Path, sweep_points: int, workers: int
     if output.suffix.lower() not in (".html", ".htm"):
         raise ProblemError(f"-o {output}: the report is HTML. To fix: name it {output.with_suffix('.html')}.")
     problem, catalog = load_priced(problem_file, load_catalog(catalog_dir), prices)
+    one_workload(problem, "report")
     rec = recommend(problem, catalog, solver, time_limit)
     click.echo("solved; explaining every GPU type", err=True)
     explanation = run_explain(problem, catalog, solver, time_limit, rec.table)

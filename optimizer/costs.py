@@ -30,10 +30,21 @@ class Targets:
     install_usd_per_server: float = 0.0  # per server bought
     racks: RackLimits | None = None  # None: racks are not modelled
     server_caps: tuple[tuple[str, int], ...] = ()  # server id -> most bought
+    # Several workloads: (workload, training tokens, seconds it may take) per training workload,
+    # and the sets of workloads that run at the same time. Empty: one workload, named "".
+    jobs: tuple[tuple[str, float, float | None], ...] = ()
+    overlaps: tuple[tuple[str, ...], ...] = ()
 
     @property
     def required_tokens_per_s(self) -> float | None:
         return self.tokens / self.deadline_s if self.deadline_s and self.tokens else None
+
+    def training_jobs(self) -> tuple[tuple[str, float, float | None], ...]:
+        """(workload, tokens, seconds allowed) for every training workload."""
+        return self.jobs or (("", self.tokens, self.deadline_s),)
+
+    def job_tokens(self, workload: str) -> float:
+        return next((t for w, t, _ in self.training_jobs() if w == workload), self.tokens)
 
 
 @dataclass(frozen=True)
@@ -145,15 +156,19 @@ def racks_needed(racks: RackLimits, groups: dict[str, Group], purchases: tuple[G
 
 
 def solution_costs(table: PlanTable, targets: Targets, purchases: tuple[GroupCount, ...],
-                   plan: Candidate | None) -> Costs:
-    """Every cost term of a set of purchases, in closed form (the re-check of the MIP's sums)."""
+                   plans: Candidate | tuple[Candidate, ...] | None) -> Costs:
+    """Every cost term of a set of purchases, in closed form (the re-check of the MIP's sums);
+    ``plans`` are the training plans chosen (a rented group on demand bills their GPU-hours)."""
+    jobs = (plans,) if isinstance(plans, Candidate) else (plans or ())
     capex = value = power = rent = 0.0
     for p in purchases:
         g = table.groups[p.group]
         c, v, w = group_costs(g, p, targets.install_usd_per_server)
         capex, value, power = capex + c, value + v, power + w
-        job = plan if plan is not None and plan.group == g.key else None
-        rent += rent_cost(g, p.gpus, targets.tokens, job)
+        if g.rented and g.rent_hours == 0:
+            rent += sum(rent_cost(g, p.gpus, targets.job_tokens(j.workload), j) for j in jobs if j.group == g.key)
+        else:
+            rent += rent_cost(g, p.gpus, targets.tokens)
     racks = new_racks = 0
     if targets.racks is not None:
         racks = racks_needed(targets.racks, table.groups, purchases)

@@ -15,12 +15,17 @@ Variables
     G_h ∈ ℤ≥0       GPUs bought                       S_h ∈ ℤ≥0    servers bought
     L_h, K_h ∈ ℤ≥0  leaf and spine switches           y_h ∈ {0,1}  more than one switch
 Constraints
-    (1) Σ_c x_c = 1                                          one training plan (if C is not empty)
+    (1) Σ_{c∈C_w} x_c = 1                                    one plan per training workload w
     (2) dpmin_c·x_c ≤ dp_c ≤ dpmax_c·x_c                     dp only for the chosen plan
-    (3) G_h ≥ Σ_{c∈C_h} mp_c·dp_c + Σ_{r∈R_h} gpus_r·n_r     GPUs to run it all
+    (3) G_h ≥ Σ_{w∈Q} U_hw for every set Q of workloads that run at the same time, where
+        U_hw = Σ_{c∈C_hw} mp_c·dp_c + Σ_{r∈R_hw} gpus_r·n_r  GPUs to run it all: workloads at the
+                                                             same time on their own GPUs, one after
+                                                             another on the same ones (one workload:
+                                                             one set)
     (4) G_h ≤ slots_h·S_h   (= for baseboards sold full)     servers to hold them
-    (5) S_h ≤ 1 for single-server training groups (serving replicas each fit in one server and
-        are powers of two dividing its slots, so (4) packs them exactly)
+    (5) a plan without a fabric fits one server: its dp range stops at slots / (TP·PP), so two such
+        jobs at once take a server each; serving replicas each fit in one server and are powers of
+        two dividing its slots, so (4) packs them exactly
     (6) L_h ≥ q_h·S_h / P_h;  L_h ≥ Σ_{c∈C_h} x_c;  q_h·S_h ≤ P_h + M·y_h;
         L_h ≥ q_h·S_h / d_h − M'(1−y_h);  P_h·K_h ≥ u_h·L_h − M''(1−y_h);  E_h ≥ u_h·L_h − M''(1−y_h)
                                                              one switch, or a two-tier fat tree whose
@@ -29,7 +34,7 @@ Constraints
                                                              oversubscription o (o = 1: d = P/2); E_h
                                                              leaf-spine links, q_h·S_h server links
     (7) T = Σ_c r_c·dp_c                                     tokens/s
-    (8) T ≥ tokens / deadline                                (min_cost)
+    (8) T_w ≥ tokens_w / deadline_w for each training workload (min_cost)
     (9) capex = Σ_h gpu$·G_h + (server$ + q_h·(port$ + cable$))·S_h + switch$·(L_h + K_h) + uplink$·E_h
     (10) W = Σ_h gpuW·G_h + (serverW + q_h·(portW + cableW))·S_h + switchW·(L_h + K_h) + uplinkW·E_h
          ≤ power cap
@@ -113,6 +118,7 @@ class MilpSolution:
     variables: int
     constraints: int
     costs: Costs | None = None  # every term, None when there is no solution
+    plans: tuple[tuple[Candidate, int], ...] = ()  # every training plan chosen with its dp (one per workload)
 
     @property
     def rent(self) -> float:
@@ -145,9 +151,13 @@ def replica_bound(r: ServeCandidate, targets: Targets) -> int:
 
 def _bounds(table: PlanTable, targets: Targets) -> dict[str, tuple[int, int]]:
     """Per group: most GPUs and servers any solution could need (tight big-M values)."""
+    largest: dict[tuple[str, str], int] = {}
+    for c in table.candidates:  # one training plan per workload: the largest of them
+        key = (c.group, c.workload)
+        largest[key] = max(largest.get(key, 0), c.gpus_per_replica * c.dp_max)
     gpus: dict[str, int] = {}
-    for c in table.candidates:  # one training plan: the largest of them
-        gpus[c.group] = max(gpus.get(c.group, 0), c.gpus_per_replica * c.dp_max)
+    for (h, _), most in largest.items():
+        gpus[h] = gpus.get(h, 0) + most
     serving: dict[str, int] = {}
     for r in table.serving:  # serving replicas add up
         serving[r.group] = serving.get(r.group, 0) + r.gpus_per_replica * replica_bound(r, targets)
@@ -313,9 +323,12 @@ def solve(table: PlanTable, targets: Targets, backend: str = "ortools", time_lim
     replicas_on: dict[str, list[ServeCandidate]] = {}
     for r in table.serving:
         replicas_on.setdefault(r.group, []).append(r)
+    jobs = {w: (tokens, seconds) for w, tokens, seconds in targets.training_jobs()}
+    work = sorted({c.workload for c in table.candidates} | {r.workload for r in table.serving})
     # --- constraints -----------------------------------------------------------------------
-    if table.candidates:
-        model.add(model.total(list(x.values())) == 1, "one_plan")  # (1)
+    for w in sorted({c.workload for c in table.candidates}):  # (1) one plan per training workload
+        model.add(model.total([x[c.key] for c in table.candidates if c.workload == w]) == 1,
+                  f"one_plan[{w}]" if w else "one_plan")
     for c in table.candidates:  # (2)
         model.add(dp[c.key] >= c.dp_min * x[c.key], f"dp_min[{c.key}]")
         model.add(dp[c.key] <= c.dp_max * x[c.key], f"dp_max[{c.key}]")
@@ -323,18 +336,19 @@ def solve(table: PlanTable, targets: Targets, backend: str = "ortools", time_lim
     caps: dict[tuple[str, str], list] = {}  # (kind, id) -> units bought (or rented) that count against a cap
     for h, g in sorted(table.groups.items()):
         cands = by_group.get(h, [])
-        used = ([c.gpus_per_replica * dp[c.key] for c in cands]
-                + [r.gpus_per_replica * n[r.key] for r in replicas_on.get(h, [])])
+        used = {w: ([c.gpus_per_replica * dp[c.key] for c in cands if c.workload == w]
+                    + [r.gpus_per_replica * n[r.key] for r in replicas_on.get(h, []) if r.workload == w])
+                for w in work}
         if g.rented:  # (3r) rented GPUs are exactly those used: they are billed
-            model.add(G[h] == model.total(used), f"gpus[{h}]")
-        else:
-            model.add(G[h] >= model.total(used), f"gpus[{h}]")  # (3)
+            model.add(G[h] == model.total([u for w in work for u in used[w]]), f"gpus[{h}]")
+        else:  # (3) enough GPUs for the workloads that run at the same time, for each such set
+            for i, running in enumerate(targets.overlaps or (tuple(work),)):
+                model.add(G[h] >= model.total([u for w in running for u in used.get(w, [])]),
+                          f"gpus[{h}]" + (f"[{i}]" if targets.overlaps else ""))
         if g.full_only:  # (4)
             model.add(G[h] == g.slots * S[h], f"full_servers[{h}]")
         else:
             model.add(G[h] <= g.slots * S[h], f"slots[{h}]")
-        if g.single_server:  # (5)
-            model.add(S[h] <= 1, f"single_server[{h}]")
         bought_g, bought_s = G[h], S[h]
         if g.pool is not None:  # (13) owned parts first: they cost nothing to buy
             model.add(OG[h] <= G[h], f"owned_gpus_used[{h}]")
@@ -345,7 +359,8 @@ def solve(table: PlanTable, targets: Targets, backend: str = "ortools", time_lim
             if g.rent_hours > 0:  # (14) capacity billed for its hours; on demand, the job's GPU-hours
                 rent_terms.append(g.rent_usd_per_gpu_h * g.rent_hours * G[h])
             else:
-                rent_terms += [g.rent_usd_per_gpu_h * job_gpu_hours(c, targets.tokens) * x[c.key] for c in cands]
+                rent_terms += [g.rent_usd_per_gpu_h * job_gpu_hours(c, jobs.get(c.workload, (targets.tokens,))[0])
+                               * x[c.key] for c in cands]
             continue
         caps.setdefault(("gpu", g.gpu), []).append(bought_g)
         caps.setdefault(("server", g.server), []).append(bought_s)
@@ -355,7 +370,8 @@ def solve(table: PlanTable, targets: Targets, backend: str = "ortools", time_lim
             smax = bounds[h][1]
             lmax = _leaf_bound(g, smax)  # L's upper bound: the M that switches the two-tier rows off
             model.add(L[h] * P >= q * S[h], f"leaf_ports[{h}]")
-            model.add(L[h] >= model.total([x[c.key] for c in cands]), f"leaf_needed[{h}]")
+            spanning = [x[c.key] for c in cands if c.gpus_per_replica * c.dp_min > g.slots]
+            model.add(L[h] >= model.total(spanning), f"leaf_needed[{h}]")
             model.add(q * S[h] <= P + q * smax * Y[h], f"one_switch[{h}]")
             model.add(L[h] >= (q / d) * S[h] - lmax * (1 - Y[h]), f"fat_tree_leaf[{h}]")
             model.add(P * K[h] >= u * L[h] - u * lmax * (1 - Y[h]), f"fat_tree_spine[{h}]")
@@ -412,8 +428,10 @@ def solve(table: PlanTable, targets: Targets, backend: str = "ortools", time_lim
     capex = model.total(capex_terms)  # (9)
     rent = model.total(rent_terms)
     tco = capex + targets.opex_usd_per_w * power + targets.maintenance * model.total(value_terms) + rent
-    if targets.required_tokens_per_s is not None:  # (8)
-        model.add(throughput >= targets.required_tokens_per_s, "deadline")
+    for w, (tokens, seconds) in sorted(jobs.items()):  # (8) each training workload by its deadline
+        if seconds and tokens and any(c.workload == w for c in table.candidates):
+            rate = model.total([c.replica_tokens_per_s * dp[c.key] for c in table.candidates if c.workload == w])
+            model.add(rate >= tokens / seconds, f"deadline[{w}]" if w else "deadline")
     if targets.power_cap_w is not None:
         model.add(power <= targets.power_cap_w, "power_cap")
     if targets.budget_usd is not None:  # (11)
@@ -447,10 +465,12 @@ def solve(table: PlanTable, targets: Targets, backend: str = "ortools", time_lim
         if second == Status.OPTIMAL:  # a pass stopped by the clock is discarded: keeps output deterministic
             values = snapshot()
     chosen = [c for c in table.candidates if values["x", c.key] > 0.5]
-    if table.candidates and len(chosen) != 1:
-        raise SolverError(f"the solver selected {len(chosen)} training plans; expected exactly one")
-    c = chosen[0] if chosen else None
-    dp_value = round(values["dp", c.key]) if c else 0
+    trained = {c.workload for c in table.candidates}
+    if sorted(c.workload for c in chosen) != sorted(trained):
+        raise SolverError(f"the solver selected {len(chosen)} training plans; expected one for each of "
+                          f"{len(trained)} training workload(s)")
+    plans = tuple((p, round(values["dp", p.key])) for p in chosen)
+    c, dp_value = plans[0] if plans else (None, 0)
     replicas = tuple((r, round(values["n", r.key])) for r in table.serving if round(values["n", r.key]) > 0)
     for h, g in table.groups.items():  # a rented group's instances cost nothing apart from its GPUs
         if g.rented:
@@ -459,10 +479,11 @@ def solve(table: PlanTable, targets: Targets, backend: str = "ortools", time_lim
                                  round(values.get(("L", h), 0.0)), round(values.get(("K", h), 0.0)),
                                  round(values.get(("OG", h), 0.0)), round(values.get(("OS", h), 0.0)))
                       for h in sorted(table.groups) if round(values["G", h]) > 0)
-    costs = solution_costs(table, targets, purchases, c)
+    costs = solution_costs(table, targets, purchases, tuple(chosen))
     return MilpSolution(status, backend, objective, bound, gap, c, dp_value, replicas, purchases,
                         c.replica_tokens_per_s * dp_value if c else 0.0, costs.capex, costs.power_w,
-                        costs.opex(targets), time.perf_counter() - start, model.n_vars, model.n_cons, costs)
+                        costs.opex(targets), time.perf_counter() - start, model.n_vars, model.n_cons, costs,
+                        plans)
 
 
 def _gap(objective: float | None, bound: float | None) -> float | None:

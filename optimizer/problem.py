@@ -143,6 +143,24 @@ class Workload(Strict):
     global_batch: GlobalBatch = GlobalBatch(max_tokens="4M")
 
 
+class TrainPhase(Workload):
+    """A training workload of a problem with several: it runs from ``start_days`` and must finish
+    by ``deadline_days``, both counted from the start of the horizon."""
+
+    name: str = Field(min_length=1)
+    start_days: float = Field(default=0.0, ge=0)
+    deadline_days: float = Field(gt=0)
+
+
+class ServePhase(ServeWorkload):
+    """A serving workload of a problem with several: its demand holds from ``start_days`` to
+    ``end_days`` (the end of the horizon when omitted)."""
+
+    name: str = Field(min_length=1)
+    start_days: float = Field(default=0.0, ge=0)
+    end_days: float | None = Field(default=None, gt=0)
+
+
 class Budget(Strict):
     usd: Quantity
     covers: Literal["capex", "tco"] = "capex"
@@ -222,7 +240,9 @@ class ProblemFile(Strict):
     name: str
     description: str = ""
     workload: Annotated[Annotated[Workload, Tag("train")] | Annotated[ServeWorkload, Tag("serve")],
-                        Discriminator(_workload_kind)]
+                        Discriminator(_workload_kind)] | None = None
+    workloads: tuple[Annotated[Annotated[TrainPhase, Tag("train")] | Annotated[ServePhase, Tag("serve")],
+                               Discriminator(_workload_kind)], ...] = ()
     objective: Literal["min_cost", "min_time"]
     deadline_days: float | None = Field(default=None, gt=0)
     budget: Budget | None = None
@@ -248,6 +268,22 @@ class Demand:
     output_tokens_per_s: float
     ttft_s: float | None
     tpot_s: float | None
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One workload of a problem with several, in its time window (seconds from the horizon's
+    start). ``problem`` is that workload alone, with the shared site, hardware and prices; its
+    deadline (training) or horizon (serving) is the window's length."""
+
+    name: str
+    kind: str  # train | serve
+    problem: Problem
+    start_s: float
+    end_s: float
+
+    def overlaps(self, other: Phase) -> bool:
+        return self.start_s < other.end_s and other.start_s < self.end_s
 
 
 @dataclass(frozen=True)
@@ -296,6 +332,7 @@ class Problem:
     prices: tuple[PriceOverride, ...] = ()
     region: str | None = None
     oversubscription: float = 1.0  # leaf downlinks per uplink in a two-tier fabric
+    phases: tuple[Phase, ...] = ()  # several workloads (kind "multi"), each a problem of its own
 
     def may_buy(self, gpu: str) -> bool:
         return gpu in (self.buy_gpus if self.buy_gpus is not None else self.gpus)
@@ -305,6 +342,11 @@ class Problem:
         if item in self.gpus and not self.may_buy(item):
             return 0
         return dict(self.max_units).get(item)
+
+    def with_limits(self, **fields: float | None) -> Problem:
+        """The problem with shared limits (budget_usd, power_cap_w) changed, in every workload too."""
+        phases = tuple(replace(ph, problem=replace(ph.problem, **fields)) for ph in self.phases)
+        return replace(self, phases=phases, **fields)
 
     @property
     def total_demand(self) -> float:
@@ -359,7 +401,12 @@ def problem_from_data(data: dict, path: Path, catalog: Catalog) -> Problem:
         raise ProblemError(f"{path}: schema_version is {data.get('schema_version')!r}; this gpuopt reads "
                            f"{SCHEMA_VERSION}. To fix: add 'schema_version: 1' at the top.")
     spec: ProblemFile = validate(ProblemFile, data, path, ProblemError)
+    if spec.workloads:
+        return _several(data, spec, path, catalog)
     w = spec.workload
+    if w is None:
+        raise ProblemError(f"{path}: no 'workload'. To fix: add a workload (kind: train or serve), or a list "
+                           "'workloads' of several, each with a name and a time window.")
     model = resolve_model(w.model, catalog, path)
     serving = isinstance(w, ServeWorkload)
     seq_len = model.seq_len if serving else (w.seq_len or model.seq_len)
@@ -443,3 +490,51 @@ def confidence_factor(problem: Problem, catalog: Catalog) -> float:
     if problem.confidence is None:
         return 1.0
     return catalog.band(problem.kind).ratio(100 - problem.confidence)
+
+
+PHASE_FIELDS = {"name", "start_days", "deadline_days", "end_days"}
+
+
+def _several(data: dict, spec: ProblemFile, path: Path, catalog: Catalog) -> Problem:
+    """A problem with several workloads: each becomes a problem of its own (the shared site,
+    hardware, prices and solver, its deadline or horizon the length of its window), and the
+    whole a ``Problem`` of kind "multi" holding them as phases."""
+    def bad(field: str, what: str, fix: str) -> ProblemError:
+        return ProblemError(f"{path}: field '{field}': {what}. To fix: {fix}.")
+
+    if spec.workload is not None:
+        raise bad("workload", "give either 'workload' or 'workloads', not both", "move it into the list 'workloads'")
+    if spec.objective != "min_cost":
+        raise bad("objective", "several workloads are planned at minimum cost, each by its own deadline",
+                  "use objective: min_cost")
+    if spec.deadline_days is not None:
+        raise bad("deadline_days", "with several workloads each training workload has its own deadline",
+                  "give deadline_days in each entry of 'workloads' instead")
+    names = [w.name for w in spec.workloads]
+    if len(set(names)) != len(names):
+        raise bad("workloads", f"names must be unique, got {names}", "give each workload its own name")
+    horizon_years = spec.cost.horizon_years or catalog.facility.amortisation_years.value
+    horizon_days = horizon_years * 365.25
+    phases = []
+    for i, w in enumerate(spec.workloads):
+        train = isinstance(w, TrainPhase)
+        end = w.deadline_days if train else (w.end_days or horizon_days)
+        where = f"workloads[{i}] ({w.name})"
+        if end <= w.start_days:
+            raise bad(where, f"it starts on day {w.start_days:g} and ends on day {end:g}",
+                      "make deadline_days (or end_days) later than start_days")
+        if end > horizon_days * (1 + 1e-9):
+            raise bad(where, f"it ends on day {end:g}, after the {horizon_years:g}-year horizon "
+                      f"({horizon_days:,.0f} days)", "end it sooner or raise cost.horizon_years")
+        sub = {k: v for k, v in data.items() if k not in ("workloads", "name")}
+        sub.update(name=f"{spec.name}/{w.name}", objective="min_cost",
+                   workload=w.model_dump(mode="json", exclude=PHASE_FIELDS, exclude_none=True))
+        if train:
+            sub["deadline_days"] = end - w.start_days
+        else:
+            sub["cost"] = {**(data.get("cost") or {}), "horizon_years": (end - w.start_days) / 365.25}
+        phases.append(Phase(w.name, "train" if train else "serve", problem_from_data(sub, path, catalog),
+                            w.start_days * 86400.0, end * 86400.0))
+    first = phases[0].problem
+    return replace(first, name=spec.name, description=spec.description, kind="multi", tokens=0.0,
+                   deadline_s=None, demands=(), horizon_years=horizon_years, phases=tuple(phases))

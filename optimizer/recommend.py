@@ -14,7 +14,8 @@ from optimizer.errors import InfeasibleError, SolverError
 from optimizer.milp import MilpSolution, Status, Targets, least_purchases, solution_costs, solve
 from optimizer.perf.serve import ServeResult, serve
 from optimizer.perf.train import TrainResult, train_step
-from optimizer.plans import PlanTable, enumerate_candidates
+from optimizer.plans import Candidate, PlanTable, ServeCandidate, enumerate_candidates
+from optimizer.portfolio import enumerate_portfolio, overlaps
 from optimizer.problem import Problem, confidence_factor
 
 
@@ -26,6 +27,7 @@ class Recommendation:
     perf: TrainResult | None  # the training re-check at the chosen dp
     checks: tuple[str, ...]
     replica_perf: tuple[ServeResult, ...] = ()  # the serving re-check, one per replica type used
+    phase_perf: tuple[tuple[str, TrainResult], ...] = ()  # several workloads: each training one's re-check
 
     @property
     def days(self) -> float:
@@ -50,11 +52,23 @@ def opex_per_watt(problem: Problem) -> float:
 
 def targets_of(problem: Problem) -> Targets:
     servers = tuple((k, v) for k, v in problem.max_units if k not in problem.gpus)
-    return Targets(problem.objective, problem.tokens, problem.deadline_s, problem.budget_usd,
-                   problem.budget_covers, problem.power_cap_w, opex_per_watt(problem),
-                   tuple((d.name, d.output_tokens_per_s) for d in problem.demands),
-                   problem.maintenance_per_year * problem.horizon_years, problem.installation_usd_per_server,
-                   problem.racks, servers)
+    targets = Targets(problem.objective, problem.tokens, problem.deadline_s, problem.budget_usd,
+                      problem.budget_covers, problem.power_cap_w, opex_per_watt(problem),
+                      tuple((d.name, d.output_tokens_per_s) for d in problem.demands),
+                      problem.maintenance_per_year * problem.horizon_years, problem.installation_usd_per_server,
+                      problem.racks, servers)
+    if not problem.phases:
+        return targets
+    return replace(targets, demands=tuple((f"{ph.name}/{d.name}", d.output_tokens_per_s) for ph in problem.phases
+                                          for d in ph.problem.demands),
+                   jobs=tuple((ph.name, ph.problem.tokens, ph.problem.deadline_s) for ph in problem.phases
+                              if ph.kind == "train"),
+                   overlaps=overlaps(problem.phases))
+
+
+def plan_table(problem: Problem, catalog: Catalog) -> PlanTable:
+    """The candidates of ``problem``: its workload's, or every workload's on shared hardware."""
+    return enumerate_portfolio(problem, catalog) if problem.phases else enumerate_candidates(problem, catalog)
 
 
 def spend(problem: Problem, sol: MilpSolution) -> float:
@@ -65,46 +79,94 @@ def spend(problem: Problem, sol: MilpSolution) -> float:
 def verify(problem: Problem, catalog: Catalog, table: PlanTable,
            sol: MilpSolution) -> tuple[TrainResult | None, tuple[str, ...], tuple[ServeResult, ...]]:
     """Re-check the solver's answer without the solver; raise SolverError if it does not hold."""
+    if problem.phases:
+        _, checks, results = verify_several(problem, catalog, table, sol)
+        return None, checks, results
     if problem.kind == "serve":
         checks, results = verify_serving(problem, catalog, table, sol)
         return None, checks, results
     if sol.candidate is None or sol.counts is None:
         raise SolverError("verify() needs a solution with a chosen plan")
+    checks: list[str] = []
+    problems: list[str] = []
     c = sol.candidate
-    group = table.groups[c.group]
-    hw = catalog.hardware(group.gpu, group.server, group.fabric)
-    if group.spans_leaves(sol.counts.servers):
-        hw = hw.oversubscribed(group.oversubscription)
-    result = train_step(problem.model, hw, replace(c.plan, dp=sol.dp * c.plan.ep), catalog.efficiency)
-    factor = confidence_factor(problem, catalog)
-    planned = result.tokens_per_s * factor
-    checks, problems = [], []
-    gb = c.plan.micro_batch * c.plan.num_micro_batches * sol.dp * c.plan.ep
-    (checks if result.fits else problems).append(
-        f"memory {result.memory.total / 1e9:,.1f} GB per GPU ≤ {result.memory_capacity / 1e9:,.0f} GB")
-    ok = planned >= sol.tokens_per_s * (1 - 1e-9)
-    at = f" x {factor:.3f} at {problem.confidence} % confidence" if problem.confidence else ""
-    (checks if ok else problems).append(
-        f"throughput at dp={sol.dp}: {result.tokens_per_s:,.0f}{at} ≥ the solver's {sol.tokens_per_s:,.0f} tokens/s")
-    ok = problem.min_global_batch <= gb <= problem.max_global_batch
-    (checks if ok else problems).append(
-        f"global batch {gb} sequences within [{problem.min_global_batch}, {problem.max_global_batch}]")
-    _repriced(problem, table, sol, {group.key: c.gpus_per_replica * sol.dp}, checks, problems)
-    if problem.deadline_s is not None:
-        days = problem.tokens / planned / 86400
-        ok = days <= problem.deadline_s / 86400 * (1 + 1e-9)
-        (checks if ok else problems).append(f"{days:,.1f} days ≤ deadline {problem.deadline_s / 86400:,.1f} days")
+    result = _train_checks(problem, catalog, table, c, sol.dp, sol.counts.servers, checks, problems)
+    _repriced(problem, table, sol, {c.group: c.gpus_per_replica * sol.dp}, checks, problems)
     _limits(problem, sol, checks, problems)
     if problems:
         raise SolverError("the solver's answer failed the independent re-check: " + "; ".join(problems))
     return result, tuple(checks), ()
 
 
+def _train_checks(problem: Problem, catalog: Catalog, table: PlanTable, c: Candidate, dp: int, servers: int,
+                  checks: list[str], problems: list[str]) -> TrainResult:
+    """The training plan re-run by the performance model at the chosen dp (on a fabric spanning
+    leaves at its oversubscription): memory, throughput against the solver's, batch, deadline."""
+    group = table.groups[c.group]
+    hw = catalog.hardware(group.gpu, group.server, group.fabric)
+    if group.spans_leaves(servers):
+        hw = hw.oversubscribed(group.oversubscription)
+    result = train_step(problem.model, hw, replace(c.plan, dp=dp * c.plan.ep), catalog.efficiency)
+    factor = confidence_factor(problem, catalog)
+    planned = result.tokens_per_s * factor
+    solver_rate = c.replica_tokens_per_s * dp
+    gb = c.plan.micro_batch * c.plan.num_micro_batches * dp * c.plan.ep
+    (checks if result.fits else problems).append(
+        f"memory {result.memory.total / 1e9:,.1f} GB per GPU ≤ {result.memory_capacity / 1e9:,.0f} GB")
+    ok = planned >= solver_rate * (1 - 1e-9)
+    at = f" x {factor:.3f} at {problem.confidence} % confidence" if problem.confidence else ""
+    (checks if ok else problems).append(
+        f"throughput at dp={dp}: {result.tokens_per_s:,.0f}{at} ≥ the solver's {solver_rate:,.0f} tokens/s")
+    ok = problem.min_global_batch <= gb <= problem.max_global_batch
+    (checks if ok else problems).append(
+        f"global batch {gb} sequences within [{problem.min_global_batch}, {problem.max_global_batch}]")
+    if problem.deadline_s is not None:
+        days = problem.tokens / planned / 86400
+        ok = days <= problem.deadline_s / 86400 * (1 + 1e-9)
+        (checks if ok else problems).append(f"{days:,.1f} days ≤ deadline {problem.deadline_s / 86400:,.1f} days")
+    return result
+
+
+def verify_several(problem: Problem, catalog: Catalog, table: PlanTable, sol: MilpSolution
+                   ) -> tuple[tuple[tuple[str, TrainResult], ...], tuple[str, ...], tuple[ServeResult, ...]]:
+    """Each workload re-checked on its own (prefixed with its name), then the hardware: per group,
+    the GPUs the busiest set of simultaneous workloads uses, priced in closed form."""
+    checks: list[str] = []
+    problems: list[str] = []
+    trained: list[tuple[str, TrainResult]] = []
+    served: list[ServeResult] = []
+    servers = {p.group: p.servers for p in sol.purchases}
+    usage: dict[str, dict[str, int]] = {}  # workload -> group -> GPUs
+    for phase in problem.phases:
+        mine, bad = [], []
+        if phase.kind == "train":
+            c, dp = next((c, dp) for c, dp in sol.plans if c.workload == phase.name)
+            trained.append((phase.name, _train_checks(phase.problem, catalog, table, c, dp, servers[c.group],
+                                                      mine, bad)))
+            usage[phase.name] = {c.group: c.gpus_per_replica * dp}
+        else:
+            replicas = tuple((r, n) for r, n in sol.replicas if r.workload == phase.name)
+            results, usage[phase.name] = _serve_checks(phase.problem, catalog, table, replicas, f"{phase.name}/",
+                                                       mine, bad)
+            served += results
+        checks += [f"{phase.name}: {line}" for line in mine]
+        problems += [f"{phase.name}: {line}" for line in bad]
+    used: dict[str, int] = {}
+    for running in targets_of(problem).overlaps:
+        for h in {h for w in running for h in usage.get(w, {})}:
+            used[h] = max(used.get(h, 0), sum(usage.get(w, {}).get(h, 0) for w in running))
+    _repriced(problem, table, sol, used, checks, problems)
+    _limits(problem, sol, checks, problems)
+    if problems:
+        raise SolverError("the solver's answer failed the independent re-check: " + "; ".join(problems))
+    return tuple(trained), tuple(checks), tuple(served)
+
+
 def _repriced(problem: Problem, table: PlanTable, sol: MilpSolution, used: dict[str, int],
               checks: list[str], problems: list[str]) -> None:
     """The least hardware for the GPUs used, priced in closed form, against the solver's sums."""
     need = least_purchases(table, used)
-    costs = solution_costs(table, targets_of(problem), need, sol.candidate)
+    costs = solution_costs(table, targets_of(problem), need, tuple(c for c, _ in sol.plans))
     ok = all(abs(a - b) <= 1e-6 * max(1.0, abs(a)) for a, b in
              ((costs.capex, sol.capex), (costs.power_w, sol.power_w), (costs.rent, sol.rent)))
     rent = f", ${costs.rent:,.0f} rent" if costs.rent else ""
@@ -134,39 +196,50 @@ def verify_serving(problem: Problem, catalog: Catalog, table: PlanTable,
     """Every replica type re-run by the serving model; demand, latency and hardware re-checked."""
     checks: list[str] = []
     problems: list[str] = []
-    limits = {d.name: d for d in problem.demands}
+    results, used = _serve_checks(problem, catalog, table, sol.replicas, "", checks, problems)
+    _repriced(problem, table, sol, used, checks, problems)
+    _limits(problem, sol, checks, problems)
+    if problems:
+        raise SolverError("the solver's answer failed the independent re-check: " + "; ".join(problems))
+    return tuple(checks), results
+
+
+def _serve_checks(problem: Problem, catalog: Catalog, table: PlanTable,
+                  replicas: tuple[tuple[ServeCandidate, int], ...], prefix: str, checks: list[str],
+                  problems: list[str]) -> tuple[tuple[ServeResult, ...], dict[str, int]]:
+    """Each replica type re-run by the serving model against its class's latency limits, and the
+    demand of every class; (results, GPUs used per group). Class names carry ``prefix``."""
+    limits = {prefix + d.name: d for d in problem.demands}
     factor = confidence_factor(problem, catalog)
     results = []
     used: dict[str, int] = {}
-    for r, count in sol.replicas:
+    capacity: dict[str, float] = {}
+    for r, count in replicas:
         g = table.groups[r.group]
         res = serve(problem.model, catalog.hardware(g.gpu, g.server, None), r.plan, catalog.efficiency)
         results.append(res)
         used[r.group] = used.get(r.group, 0) + r.gpus_per_replica * count
+        capacity[r.demand] = capacity.get(r.demand, 0.0) + r.tokens_per_s * count
         d = limits[r.demand]
         ok = res.fits and res.output_tokens_per_s * factor >= r.tokens_per_s * (1 - 1e-9)
         ok = ok and (d.tpot_s is None or res.tpot / factor <= d.tpot_s * (1 + 1e-9))
         ok = ok and (d.ttft_s is None or res.ttft / factor <= d.ttft_s * (1 + 1e-9))
         (checks if ok else problems).append(
-            f"{count} x {r.key.split('/')[0]} TP{r.plan.tp} PP{r.plan.pp} at batch {r.plan.batch}: "
+            f"{count} x {r.key.split('/')[0].split(':')[-1]} TP{r.plan.tp} PP{r.plan.pp} at batch {r.plan.batch}: "
             f"{res.output_tokens_per_s:,.0f} tokens/s each, TPOT {res.tpot * 1e3:,.1f} ms, "
             f"TTFT {res.ttft * 1e3:,.0f} ms, {res.memory_per_gpu / 1e9:,.1f} GB per GPU")
-    capacity = sol.serving_capacity()
     for d in problem.demands:
-        ok = capacity.get(d.name, 0.0) >= d.output_tokens_per_s * (1 - 1e-9)
+        have = capacity.get(prefix + d.name, 0.0)
+        ok = have >= d.output_tokens_per_s * (1 - 1e-9)
         (checks if ok else problems).append(
-            f"{d.name}: {capacity.get(d.name, 0.0):,.0f} ≥ {d.output_tokens_per_s:,.0f} output tokens/s demanded")
-    _repriced(problem, table, sol, used, checks, problems)
-    _limits(problem, sol, checks, problems)
-    if problems:
-        raise SolverError("the solver's answer failed the independent re-check: " + "; ".join(problems))
-    return tuple(checks), tuple(results)
+            f"{d.name}: {have:,.0f} ≥ {d.output_tokens_per_s:,.0f} output tokens/s demanded")
+    return tuple(results), used
 
 
 def recommend(problem: Problem, catalog: Catalog, backend: str | None = None,
               time_limit_s: float | None = None, table: PlanTable | None = None) -> Recommendation:
     """Solve ``problem``; raise InfeasibleError with what would make it feasible."""
-    table = table or enumerate_candidates(problem, catalog)
+    table = table or plan_table(problem, catalog)
     backend = backend or problem.solver.backend
     limit = time_limit_s or problem.solver.time_limit_s
     targets = targets_of(problem)
@@ -181,6 +254,9 @@ def recommend(problem: Problem, catalog: Catalog, backend: str | None = None,
     if sol.status == Status.INFEASIBLE:
         raise InfeasibleError(f"no cluster meets every target of '{problem.name}'.",
                               feasibility_hints(problem, catalog, table, backend, limit))
+    if problem.phases:
+        trained, checks, served = verify_several(problem, catalog, table, sol)
+        return Recommendation(problem, table, sol, None, checks, served, trained)
     perf, checks, replica_perf = verify(problem, catalog, table, sol)
     return Recommendation(problem, table, sol, perf, checks, replica_perf)
 
@@ -195,7 +271,8 @@ class Repair:
 
     def apply(self, problem: Problem) -> Problem:
         field = {"budget": "budget_usd", "power": "power_cap_w", "deadline": "deadline_s"}[self.limit]
-        return replace(problem, **{field: self.needed})
+        return replace(problem, **{field: self.needed}) if field == "deadline_s" else \
+            problem.with_limits(**{field: self.needed})
 
     def describe(self, problem: Problem) -> str:
         if self.limit == "budget":
@@ -252,7 +329,7 @@ def _least(problem: Problem, catalog: Catalog, field: str, relaxed: Targets, bac
     """
     value: float | None = None
     for _ in range(6):
-        table = enumerate_candidates(replace(problem, **{field: value}), catalog)
+        table = plan_table(problem.with_limits(**{field: value}), catalog)
         s = _solve_if_any(table, relaxed, backend, limit, problem)
         if s is None:
             return value

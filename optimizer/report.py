@@ -20,6 +20,7 @@ from optimizer.errors import ProblemError
 from optimizer.milp import fabric_links, rent_cost
 from optimizer.recommend import HOURS_PER_YEAR, Recommendation
 from optimizer.tco import break_even, break_even_lines, cost_lines, cost_terms, price_lines, prices_used
+from optimizer.workloads_report import workloads_plan, workloads_text
 
 BOM_COLUMNS = ("category", "sku", "description", "quantity", "unit_price_usd", "extended_price_usd",
                "unit_power_w", "power_w", "source")
@@ -62,7 +63,9 @@ def bill_of_materials(rec: Recommendation, catalog: Catalog) -> list[BomRow]:
         gpu, server = catalog.gpus[g.gpu], catalog.servers[g.server]
         if g.rented:
             offer = catalog.offers[g.offer or ""]
-            usd = rent_cost(g, bought.gpus, p.tokens, rec.solution.candidate) / bought.gpus
+            job = next((c for c, _ in rec.solution.plans if c.group == g.key), None)
+            tokens = next((ph.problem.tokens for ph in p.phases if job and ph.name == job.workload), p.tokens)
+            usd = rent_cost(g, bought.gpus, tokens, job) / bought.gpus
             billed = (f"{g.rent_hours:,.0f} h ({offer.term})" if g.rent_hours
                       else f"{usd / offer.price.usd:,.1f} h of the job (on demand)")
             rows.append(BomRow("rent", offer.id, f"{offer.provider} {offer.name}: ${offer.price.usd:g}/GPU-hour x "
@@ -132,7 +135,10 @@ def summary(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
     cost = {**cost_terms(rec, catalog), "prices_as_of": catalog.prices_as_of}
     band = catalog.band(p.kind)
     low, high = band.ratio(5), band.ratio(95)
-    if p.kind == "serve":
+    if p.phases:
+        plan = workloads_plan(rec, catalog)
+        sense = "minimise TCO (USD)"
+    elif p.kind == "serve":
         plan = _serving_plan(rec)
         for cls in plan["classes"]:
             cls["capacity_band_90"] = [cls["capacity_output_tokens_per_s"] * low,
@@ -302,7 +308,11 @@ def render_text(s: dict[str, Any], markdown: bool = False) -> str:
     p, cost, solver = s["problem"], s["cost"], s["solver"]
     h = (lambda t: f"\n## {t}\n") if markdown else (lambda t: f"\n{t}\n{'-' * len(t)}")
     lines = [f"# gpuopt: {p['name']}" if markdown else f"gpuopt: {p['name']}"]
-    lines += _serving_text(s, h) if p["kind"] == "serve" else _training_text(s, h)
+    if p["kind"] == "multi":
+        lines += workloads_text(s, h, acquire)
+        lines.append(_cost_line(cost))
+    else:
+        lines += _serving_text(s, h) if p["kind"] == "serve" else _training_text(s, h)
     lines.append(h("Bill of materials"))
     lines += _bom_table(s["bom"], markdown)
     lines.append(h(f"Total cost of ownership over {cost['horizon_years']:g} years"))

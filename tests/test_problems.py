@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from optimizer.milp import Status, solve
-from optimizer.plans import enumerate_candidates, enumerate_plans
+from optimizer.plans import enumerate_plans
 from optimizer.problem import load_priced, load_problem
-from optimizer.recommend import recommend, targets_of, verify
+from optimizer.recommend import plan_table, recommend, targets_of, verify
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEMS = sorted((ROOT / "problems").glob("*.yaml"))
@@ -21,7 +21,7 @@ def tables(catalog):
     out = {}
     for path in PROBLEMS:
         problem, priced = load_priced(path, catalog)
-        out[path.name] = (problem, enumerate_candidates(problem, priced), priced)
+        out[path.name] = (problem, plan_table(problem, priced), priced)
     return out
 
 

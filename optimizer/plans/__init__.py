@@ -57,11 +57,13 @@ class Group:
     uplink_w: float = 0.0
     leaf_down: int = 0  # leaf ports facing servers in a two-tier fabric
     leaf_up: int = 0  # leaf ports facing spines (leaf_down / leaf_up ≈ the oversubscription)
+    workload: str = ""  # with several workloads, rentals are billed to the one workload that rents
 
     @property
     def key(self) -> str:
         if self.offer is not None:
-            return f"{self.gpu}/rent:{self.offer}" + ("/replicas" if self.role == "serve" else "")
+            return (f"{self.gpu}/rent:{self.offer}" + ("/replicas" if self.role == "serve" else "")
+                    + (f"@{self.workload}" if self.workload else ""))
         if self.fabric is not None:
             return f"{self.gpu}/{self.server}/{self.fabric}"
         return f"{self.gpu}/{self.server}/{'single-node' if self.role == 'train' else 'replicas'}"
@@ -129,6 +131,7 @@ class Candidate:
     dp_max: int
     replica_tokens_per_s: float  # per unit of ep replicas
     memory_gb: float  # per GPU at dp_min
+    workload: str = ""  # which workload it trains, in a problem with several
 
     @property
     def gpus_per_replica(self) -> int:
@@ -148,6 +151,7 @@ class ServeCandidate:
     ttft_s: float
     tpot_s: float
     memory_gb: float
+    workload: str = ""  # which workload it serves, in a problem with several
 
     @property
     def gpus_per_replica(self) -> int:

@@ -1,0 +1,108 @@
+"""The report of a problem with several workloads: what each workload runs on, when, and how fast.
+
+Every figure comes from the re-checked plans (``Recommendation.phase_perf`` and
+``replica_perf``) and the solver's shared purchases; the bill of materials and the TCO are the
+common report's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from optimizer.catalog import Catalog
+from optimizer.recommend import Recommendation
+
+
+def workloads_plan(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
+    """Per workload: its window, hardware and plan (training) or replicas (serving); per
+    hardware group: what was bought or owned and which workloads use how many of its GPUs."""
+    sol, groups = rec.solution, rec.table.groups
+    train_band, serve_band = catalog.band("train"), catalog.band("serve")
+    perf = dict(rec.phase_perf)
+    replica_perf = dict(zip((r.key for r, _ in sol.replicas), rec.replica_perf, strict=True))
+    out, uses = [], {}
+    for ph in rec.problem.phases:
+        entry: dict[str, Any] = {"name": ph.name, "kind": ph.kind, "start_day": ph.start_s / 86400,
+                                 "end_day": ph.end_s / 86400, "model": ph.problem.model_id}
+        if ph.kind == "train":
+            c, dp = next((c, dp) for c, dp in sol.plans if c.workload == ph.name)
+            g, result = groups[c.group], perf[ph.name]
+            days = ph.problem.tokens / result.tokens_per_s / 86400
+            entry.update(tokens=ph.problem.tokens, group=g.key, gpu=g.gpu, server=g.server, fabric=g.fabric,
+                         offer=g.offer, gpus=c.gpus_per_replica * dp, tp=c.plan.tp, pp=c.plan.pp, dp=dp * c.plan.ep,
+                         cp=c.plan.cp, ep=c.plan.ep, micro_batch=c.plan.micro_batch,
+                         micro_batches=c.plan.num_micro_batches, recompute=c.plan.recompute, zero=c.plan.zero,
+                         tokens_per_s=result.tokens_per_s, mfu=result.mfu, days=days,
+                         days_band_90=[days / train_band.ratio(95), days / train_band.ratio(5)],
+                         memory_gb_per_gpu=result.memory.total / 1e9, candidate=c.key)
+            uses.setdefault(g.key, []).append((ph.name, c.gpus_per_replica * dp))
+        else:
+            replicas = []
+            for r, n in sol.replicas:
+                if r.workload != ph.name:
+                    continue
+                g, res = groups[r.group], replica_perf[r.key]
+                replicas.append({"class": r.demand.split("/", 1)[1], "group": g.key, "gpu": g.gpu, "server": g.server,
+                                 "fabric": g.fabric, "offer": g.offer, "replicas": n, "tp": r.plan.tp, "pp": r.plan.pp,
+                                 "precision": r.plan.precision, "batch": r.plan.batch, "gpus": n * r.gpus_per_replica,
+                                 "output_tokens_per_s_each": res.output_tokens_per_s, "ttft_ms": res.ttft * 1e3,
+                                 "tpot_ms": res.tpot * 1e3, "candidate": r.key})
+                uses.setdefault(g.key, []).append((ph.name, n * r.gpus_per_replica))
+            capacity = sol.serving_capacity()
+            entry.update(replicas=replicas, classes=[
+                {"name": d.name, "demand_output_tokens_per_s": d.output_tokens_per_s,
+                 "capacity_output_tokens_per_s": capacity.get(f"{ph.name}/{d.name}", 0.0),
+                 "capacity_band_90": [capacity.get(f"{ph.name}/{d.name}", 0.0) * serve_band.ratio(q) for q in (5, 95)]}
+                for d in ph.problem.demands])
+        out.append(entry)
+    hardware = []
+    for p in sol.purchases:
+        g = groups[p.group]
+        used: dict[str, int] = {}
+        for name, gpus in uses.get(p.group, []):
+            used[name] = used.get(name, 0) + gpus
+        hardware.append({"group": g.key, "gpu": g.gpu, "server": g.server, "fabric": g.fabric, "offer": g.offer,
+                         "gpus": p.gpus, "servers": p.servers, "owned_gpus": p.owned_gpus,
+                         "owned_servers": p.owned_servers, "used_by": used})
+    return {"workloads": out, "hardware": hardware,
+            "gpus": sum(p.gpus for p in sol.purchases), "servers": sum(p.servers for p in sol.purchases)}
+
+
+def _where(item: dict[str, Any]) -> str:
+    if item.get("offer"):
+        return f"rented from {item['offer']}"
+    return f"in {item['server']}" + (f" on {item['fabric']}" if item.get("fabric") else "")
+
+
+def workloads_text(s: dict[str, Any], h, acquire) -> list[str]:
+    """The several-workload part of the text report; ``acquire`` words a purchase."""
+    plan = s["plan"]
+    lines = [f"{len(plan['workloads'])} workloads over {s['cost']['horizon_years']:g} years; goal: the lowest TCO "
+             "that meets every deadline and demand.", h("Workloads")]
+    for w in plan["workloads"]:
+        head = f"{w['name']} ({w['kind']}, days {w['start_day']:g}-{w['end_day']:,.0f}, {w['model']}):"
+        if w["kind"] == "train":
+            extra = "".join(f" {k.upper()}={w[k]}" for k in ("cp", "ep") if w[k] > 1)
+            lines.append(f"{head} {w['tokens']:.3g} tokens on {w['gpus']} x {w['gpu']} {_where(w)}, TP={w['tp']} "
+                         f"PP={w['pp']}{extra} DP={w['dp']}, micro-batch {w['micro_batch']} x {w['micro_batches']}, "
+                         f"{w['recompute']} recompute, ZeRO-{w['zero']}: {w['days']:,.1f} days at "
+                         f"{w['tokens_per_s']:,.0f} tokens/s (MFU {w['mfu']:.1%}; 90 % band "
+                         f"{w['days_band_90'][0]:,.1f}-{w['days_band_90'][1]:,.1f} days) of "
+                         f"{w['end_day'] - w['start_day']:,.1f} allowed.")
+            continue
+        lines.append(head)
+        for r in w["replicas"]:
+            lines.append(f"  {r['class']}: {r['replicas']} replica(s) of {r['tp'] * r['pp']} x {r['gpu']} {_where(r)} "
+                         f"(TP={r['tp']} PP={r['pp']}, {r['precision']}), batch {r['batch']}: "
+                         f"{r['output_tokens_per_s_each']:,.0f} output tokens/s each, TTFT {r['ttft_ms']:,.0f} ms, "
+                         f"TPOT {r['tpot_ms']:,.1f} ms.")
+        lines += [f"  {c['name']}: capacity {c['capacity_output_tokens_per_s']:,.0f} of "
+                  f"{c['demand_output_tokens_per_s']:,.0f} output tokens/s (90 % band "
+                  f"{c['capacity_band_90'][0]:,.0f}-{c['capacity_band_90'][1]:,.0f})." for c in w["classes"]]
+    lines.append(h("Hardware, shared over time"))
+    for g in plan["hardware"]:
+        used = ", ".join(f"{name} {gpus}" for name, gpus in g["used_by"].items())
+        lines.append(f"{acquire(g)}" + (f" on {g['fabric']}" if g.get("fabric") and not g.get("offer") else "")
+                     + f". GPUs used by: {used}.")
+    lines.append("Workloads whose windows overlap use GPUs of their own; one after another, they reuse them.")
+    return lines
