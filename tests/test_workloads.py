@@ -149,7 +149,7 @@ def _instance(rng: random.Random) -> tuple[PlanTable, Targets]:
     names = [f"w{i}" for i in range(rng.randint(2, 3))]
     candidates = []
     for w in names:
-        for gi, g in enumerate(groups.values()):
+        for g in groups.values():
             for ci in range(rng.randint(1, 2)):
                 tp = rng.choice([t for t in (1, 2) if t <= g.slots])
                 hi = g.slots // tp

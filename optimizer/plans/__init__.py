@@ -73,10 +73,6 @@ class Group:
         return self.offer is not None
 
     @property
-    def single_server(self) -> bool:
-        return self.fabric is None and self.role == "train"
-
-    @property
     def first_gpus(self) -> int:
         """The fewest GPUs one can get: a full baseboard, a rented instance, or one card."""
         if self.rented:
