@@ -135,6 +135,17 @@ class MilpSolution:
             return None
         return next((p for p in self.purchases if p.group == self.candidate.group), None)
 
+    def usage(self) -> dict[str, dict[str, int]]:
+        """GPUs each workload uses, per group: workload -> group -> GPUs ('' with one workload)."""
+        out: dict[str, dict[str, int]] = {}
+        for c, dp in self.plans:
+            mine = out.setdefault(c.workload, {})
+            mine[c.group] = mine.get(c.group, 0) + c.gpus_per_replica * dp
+        for r, n in self.replicas:
+            mine = out.setdefault(r.workload, {})
+            mine[r.group] = mine.get(r.group, 0) + r.gpus_per_replica * n
+        return out
+
     def serving_capacity(self) -> dict[str, float]:
         """Output tokens/s per request class."""
         out: dict[str, float] = {}

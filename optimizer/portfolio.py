@@ -31,6 +31,16 @@ def overlaps(phases: tuple[Phase, ...]) -> tuple[tuple[str, ...], ...]:
     return tuple(sorted(kept))
 
 
+def gpus_needed(usage: dict[str, dict[str, int]], running_sets: tuple[tuple[str, ...], ...]) -> dict[str, int]:
+    """Per group, the GPUs the busiest set of simultaneous workloads uses (constraint (3)), from
+    ``usage``: workload -> group -> GPUs."""
+    out: dict[str, int] = {}
+    for running in running_sets:
+        for h in {h for w in running for h in usage.get(w, {})}:
+            out[h] = max(out.get(h, 0), sum(usage.get(w, {}).get(h, 0) for w in running))
+    return out
+
+
 def enumerate_portfolio(problem: Problem, catalog: Catalog) -> PlanTable:
     """Every workload's candidates, keyed ``workload:candidate``, on merged hardware groups."""
     groups: dict[str, Group] = {}

@@ -282,9 +282,6 @@ class Phase:
     start_s: float
     end_s: float
 
-    def overlaps(self, other: Phase) -> bool:
-        return self.start_s < other.end_s and other.start_s < self.end_s
-
 
 @dataclass(frozen=True)
 class Problem:
@@ -533,8 +530,11 @@ def _several(data: dict, spec: ProblemFile, path: Path, catalog: Catalog) -> Pro
             sub["deadline_days"] = end - w.start_days
         else:
             sub["cost"] = {**(data.get("cost") or {}), "horizon_years": (end - w.start_days) / 365.25}
-        phases.append(Phase(w.name, "train" if train else "serve", problem_from_data(sub, path, catalog),
-                            w.start_days * 86400.0, end * 86400.0))
+        try:
+            alone = problem_from_data(sub, path, catalog)
+        except ProblemError as exc:  # name the entry: its fields are checked as the workload of its own problem
+            raise ProblemError(str(exc).replace("field 'workload.", f"field '{where}.")) from exc
+        phases.append(Phase(w.name, "train" if train else "serve", alone, w.start_days * 86400.0, end * 86400.0))
     first = phases[0].problem
     return replace(first, name=spec.name, description=spec.description, kind="multi", tokens=0.0,
                    deadline_s=None, demands=(), horizon_years=horizon_years, phases=tuple(phases))

@@ -15,7 +15,7 @@ from optimizer.milp import MilpSolution, Status, Targets, least_purchases, solut
 from optimizer.perf.serve import ServeResult, serve
 from optimizer.perf.train import TrainResult, train_step
 from optimizer.plans import Candidate, PlanTable, ServeCandidate, enumerate_candidates
-from optimizer.portfolio import enumerate_portfolio, overlaps
+from optimizer.portfolio import enumerate_portfolio, gpus_needed, overlaps
 from optimizer.problem import Problem, confidence_factor
 
 
@@ -136,26 +136,19 @@ def verify_several(problem: Problem, catalog: Catalog, table: PlanTable, sol: Mi
     trained: list[tuple[str, TrainResult]] = []
     served: list[ServeResult] = []
     servers = {p.group: p.servers for p in sol.purchases}
-    usage: dict[str, dict[str, int]] = {}  # workload -> group -> GPUs
     for phase in problem.phases:
         mine, bad = [], []
         if phase.kind == "train":
             c, dp = next((c, dp) for c, dp in sol.plans if c.workload == phase.name)
             trained.append((phase.name, _train_checks(phase.problem, catalog, table, c, dp, servers[c.group],
                                                       mine, bad)))
-            usage[phase.name] = {c.group: c.gpus_per_replica * dp}
         else:
             replicas = tuple((r, n) for r, n in sol.replicas if r.workload == phase.name)
-            results, usage[phase.name] = _serve_checks(phase.problem, catalog, table, replicas, f"{phase.name}/",
-                                                       mine, bad)
+            results, _ = _serve_checks(phase.problem, catalog, table, replicas, f"{phase.name}/", mine, bad)
             served += results
         checks += [f"{phase.name}: {line}" for line in mine]
         problems += [f"{phase.name}: {line}" for line in bad]
-    used: dict[str, int] = {}
-    for running in targets_of(problem).overlaps:
-        for h in {h for w in running for h in usage.get(w, {})}:
-            used[h] = max(used.get(h, 0), sum(usage.get(w, {}).get(h, 0) for w in running))
-    _repriced(problem, table, sol, used, checks, problems)
+    _repriced(problem, table, sol, gpus_needed(sol.usage(), targets_of(problem).overlaps), checks, problems)
     _limits(problem, sol, checks, problems)
     if problems:
         raise SolverError("the solver's answer failed the independent re-check: " + "; ".join(problems))

@@ -18,7 +18,7 @@ from typing import Any
 from optimizer.catalog import Catalog, Price
 from optimizer.errors import ProblemError
 from optimizer.milp import fabric_links, rent_cost
-from optimizer.recommend import HOURS_PER_YEAR, Recommendation
+from optimizer.recommend import HOURS_PER_YEAR, Recommendation, targets_of
 from optimizer.tco import break_even, break_even_lines, cost_lines, cost_terms, price_lines, prices_used
 from optimizer.workloads_report import workloads_plan, workloads_text
 
@@ -64,7 +64,7 @@ def bill_of_materials(rec: Recommendation, catalog: Catalog) -> list[BomRow]:
         if g.rented:
             offer = catalog.offers[g.offer or ""]
             job = next((c for c, _ in rec.solution.plans if c.group == g.key), None)
-            tokens = next((ph.problem.tokens for ph in p.phases if job and ph.name == job.workload), p.tokens)
+            tokens = targets_of(p).job_tokens(job.workload) if job else p.tokens
             usd = rent_cost(g, bought.gpus, tokens, job) / bought.gpus
             billed = (f"{g.rent_hours:,.0f} h ({offer.term})" if g.rent_hours
                       else f"{usd / offer.price.usd:,.1f} h of the job (on demand)")

@@ -20,7 +20,7 @@ def workloads_plan(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
     train_band, serve_band = catalog.band("train"), catalog.band("serve")
     perf = dict(rec.phase_perf)
     replica_perf = dict(zip((r.key for r, _ in sol.replicas), rec.replica_perf, strict=True))
-    out, uses = [], {}
+    out = []
     for ph in rec.problem.phases:
         entry: dict[str, Any] = {"name": ph.name, "kind": ph.kind, "start_day": ph.start_s / 86400,
                                  "end_day": ph.end_s / 86400, "model": ph.problem.model_id}
@@ -35,7 +35,6 @@ def workloads_plan(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
                          tokens_per_s=result.tokens_per_s, mfu=result.mfu, days=days,
                          days_band_90=[days / train_band.ratio(95), days / train_band.ratio(5)],
                          memory_gb_per_gpu=result.memory.total / 1e9, candidate=c.key)
-            uses.setdefault(g.key, []).append((ph.name, c.gpus_per_replica * dp))
         else:
             replicas = []
             for r, n in sol.replicas:
@@ -47,7 +46,6 @@ def workloads_plan(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
                                  "precision": r.plan.precision, "batch": r.plan.batch, "gpus": n * r.gpus_per_replica,
                                  "output_tokens_per_s_each": res.output_tokens_per_s, "ttft_ms": res.ttft * 1e3,
                                  "tpot_ms": res.tpot * 1e3, "candidate": r.key})
-                uses.setdefault(g.key, []).append((ph.name, n * r.gpus_per_replica))
             capacity = sol.serving_capacity()
             entry.update(replicas=replicas, classes=[
                 {"name": d.name, "demand_output_tokens_per_s": d.output_tokens_per_s,
@@ -55,12 +53,11 @@ def workloads_plan(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
                  "capacity_band_90": [capacity.get(f"{ph.name}/{d.name}", 0.0) * serve_band.ratio(q) for q in (5, 95)]}
                 for d in ph.problem.demands])
         out.append(entry)
+    usage = sol.usage()
     hardware = []
     for p in sol.purchases:
         g = groups[p.group]
-        used: dict[str, int] = {}
-        for name, gpus in uses.get(p.group, []):
-            used[name] = used.get(name, 0) + gpus
+        used = {ph.name: usage[ph.name][p.group] for ph in rec.problem.phases if p.group in usage.get(ph.name, {})}
         hardware.append({"group": g.key, "gpu": g.gpu, "server": g.server, "fabric": g.fabric, "offer": g.offer,
                          "gpus": p.gpus, "servers": p.servers, "owned_gpus": p.owned_gpus,
                          "owned_servers": p.owned_servers, "used_by": used})

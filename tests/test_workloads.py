@@ -44,12 +44,14 @@ def test_example_shares_hardware_over_time_and_uses_what_it_owns(example):
     problem, _, rec = example
     sol = rec.solution
     assert [ph.name for ph in problem.phases] == ["pretrain", "finetune", "serve-new", "serve-old"]
-    uses: dict[str, dict[str, int]] = {}
+    uses: dict[str, dict[str, int]] = {}  # group -> workload -> GPUs, counted here from the plans
     for c, dp in sol.plans:
         uses.setdefault(c.group, {})[c.workload] = c.gpus_per_replica * dp
     for r, n in sol.replicas:
         uses.setdefault(r.group, {})
         uses[r.group][r.workload] = uses[r.group].get(r.workload, 0) + n * r.gpus_per_replica
+    assert {(w, h): n for w, per in sol.usage().items() for h, n in per.items()} == \
+        {(w, h): n for h, per in uses.items() for w, n in per.items()}
     for p in sol.purchases:  # each group holds what its busiest set of simultaneous workloads needs
         need = max(sum(uses[p.group].get(w, 0) for w in running) for running in overlaps(problem.phases))
         assert p.gpus >= need and p.gpus - need < rec.table.groups[p.group].slots
@@ -90,12 +92,10 @@ def test_running_at_once_costs_more_than_one_after_another(example, tmp_path):
     at_once = recommend(together, cat)
     assert ("pretrain", "finetune", "serve-old") in overlaps(together.phases)
     assert at_once.solution.tco > rec.solution.tco
-    used = {}
-    for c, dp in at_once.solution.plans:
-        used[c.workload] = (c.group, c.gpus_per_replica * dp)
-    if used["pretrain"][0] == used["finetune"][0]:
-        group = next(p for p in at_once.solution.purchases if p.group == used["pretrain"][0])
-        assert group.gpus >= used["pretrain"][1] + used["finetune"][1]
+    usage = at_once.solution.usage()
+    for p in at_once.solution.purchases:  # the two trainings (and the old model) never share GPUs
+        together = sum(usage[w].get(p.group, 0) for w in ("pretrain", "finetune", "serve-old"))
+        assert p.gpus >= together
 
 
 def test_each_workload_alone_is_no_dearer_than_all_together(example, catalog):
@@ -122,6 +122,7 @@ def test_backends_agree_on_the_example(example):
     ("    deadline_days: 45\n", "    deadline_days: 4500\n", "after the 3-year horizon"),
     ("objective: min_cost", "objective: min_cost\ndeadline_days: 30", "each training workload has its own"),
     ("    deadline_days: 45\n", "", "deadline_days"),
+    ("model: llama2-7b\n    tokens: 5B", "model: llama2-7c\n    tokens: 5B", "'workloads[1] (finetune).model'"),
 ])
 def test_bad_workloads_exit_2(tmp_path, old, new, message):
     path = tmp_path / "p.yaml"
