@@ -174,6 +174,10 @@ class ModelPreset(Record):
     qk_rope_dim: int = Field(default=0, ge=0)
     qk_nope_dim: int = Field(default=0, ge=0)
     v_head_dim: int = Field(default=0, ge=0)
+    head_dim: int = Field(default=0, ge=0)  # 0: hidden // heads
+    tie_embeddings: bool | None = None  # None: tied for gelu (GPT) blocks, untied for swiglu
+    sliding_window: int = Field(default=0, ge=0)
+    sliding_layers: int = Field(default=0, ge=0)
     published_params_b: float | None = None
     published_active_params_b: float | None = None
     source: str
@@ -184,11 +188,21 @@ class ModelPreset(Record):
             raise ValueError("an MoE model needs 0 < experts_active <= experts and expert_ffn_hidden > 0")
         return self
 
+    @model_validator(mode="after")
+    def _windows_consistent(self) -> ModelPreset:
+        if self.sliding_layers > self.layers or bool(self.sliding_layers) != bool(self.sliding_window):
+            raise ValueError("sliding_layers (at most layers) and sliding_window go together")
+        return self
+
     def spec(self) -> ModelSpec:
-        return ModelSpec(self.id, self.layers, self.hidden, self.heads, self.kv_heads, self.ffn_hidden, self.vocab,
-                         self.seq_len, self.mlp, self.experts, self.experts_active, self.shared_experts,
-                         self.expert_ffn_hidden, self.dense_layers, self.q_lora_rank, self.kv_lora_rank,
-                         self.qk_rope_dim, self.qk_nope_dim, self.v_head_dim)
+        return ModelSpec(
+            name=self.id, layers=self.layers, hidden=self.hidden, heads=self.heads, kv_heads=self.kv_heads,
+            ffn_hidden=self.ffn_hidden, vocab=self.vocab, seq_len=self.seq_len, mlp=self.mlp, experts=self.experts,
+            experts_active=self.experts_active, shared_experts=self.shared_experts,
+            expert_ffn_hidden=self.expert_ffn_hidden, dense_layers=self.dense_layers, q_lora_rank=self.q_lora_rank,
+            kv_lora_rank=self.kv_lora_rank, qk_rope_dim=self.qk_rope_dim, qk_nope_dim=self.qk_nope_dim,
+            v_head_dim=self.v_head_dim, attn_head_dim=self.head_dim, tie_embeddings=self.tie_embeddings,
+            sliding_window=self.sliding_window, sliding_layers=self.sliding_layers)
 
 
 class Pue(Record):

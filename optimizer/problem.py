@@ -71,21 +71,26 @@ class InlineModel(Strict):
     shared_experts: int = Field(default=0, ge=0)
     expert_ffn_hidden: int = Field(default=0, ge=0)
     dense_layers: int = Field(default=0, ge=0)
+    head_dim: int = Field(default=0, ge=0)  # 0: hidden // heads
+    tie_embeddings: bool | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> InlineModel:
         if self.experts and not (0 < self.experts_active <= self.experts and self.expert_ffn_hidden > 0):
             raise ValueError("an MoE model needs 0 < experts_active <= experts and expert_ffn_hidden > 0")
-        if self.hidden % self.heads:
+        if self.hidden % self.heads and not self.head_dim:
             raise ValueError(f"hidden {self.hidden} is not divisible by heads {self.heads}")
         if self.kv_heads and self.heads % self.kv_heads:
             raise ValueError(f"heads {self.heads} is not divisible by kv_heads {self.kv_heads}")
         return self
 
     def spec(self) -> ModelSpec:
-        return ModelSpec(self.name, self.layers, self.hidden, self.heads, self.kv_heads or self.heads,
-                         self.ffn_hidden, self.vocab, self.seq_len, self.mlp, self.experts, self.experts_active,
-                         self.shared_experts, self.expert_ffn_hidden, self.dense_layers)
+        return ModelSpec(
+            name=self.name, layers=self.layers, hidden=self.hidden, heads=self.heads,
+            kv_heads=self.kv_heads or self.heads, ffn_hidden=self.ffn_hidden, vocab=self.vocab, seq_len=self.seq_len,
+            mlp=self.mlp, experts=self.experts, experts_active=self.experts_active,
+            shared_experts=self.shared_experts, expert_ffn_hidden=self.expert_ffn_hidden,
+            dense_layers=self.dense_layers, attn_head_dim=self.head_dim, tie_embeddings=self.tie_embeddings)
 
 
 class GlobalBatch(Strict):

@@ -14,7 +14,8 @@ from optimizer.perf.specs import ModelSpec
 
 
 def attention_params(m: ModelSpec) -> int:
-    """Q and O are h×h; K and V are h×kv_hidden (GQA shrinks them). GPT adds biases.
+    """Q and O are h×q_hidden (h×h unless the head size is set apart from hidden/heads); K and V are
+    h×kv_hidden (GQA shrinks them). GPT adds biases.
 
     Multi-head latent attention (DeepSeek-V2, arXiv 2405.04434) compresses Q through a rank
     q_lora_rank and K/V through kv_lora_rank (plus a shared rotary key), each with a norm.
@@ -26,9 +27,9 @@ def attention_params(m: ModelSpec) -> int:
         kv = h * (m.kv_lora_rank + m.qk_rope_dim) + m.kv_lora_rank + m.kv_lora_rank * m.heads * (
             m.qk_nope_dim + m.v_head_dim)
         return q + kv + m.heads * m.v_head_dim * h
-    weights = 2 * h * h + 2 * h * m.kv_hidden
+    weights = 2 * h * m.q_hidden + 2 * h * m.kv_hidden
     if m.mlp == "gelu":
-        return weights + h + 2 * m.kv_hidden + h
+        return weights + m.q_hidden + 2 * m.kv_hidden + h
     return weights
 
 
@@ -107,7 +108,7 @@ def matmul_params_per_layer(m: ModelSpec) -> int:
     if m.mla:
         attn = attention_params(m) - m.q_lora_rank - m.kv_lora_rank
     else:
-        attn = 2 * m.hidden * m.hidden + 2 * m.hidden * m.kv_hidden
+        attn = 2 * m.hidden * m.q_hidden + 2 * m.hidden * m.kv_hidden
     width = 2 if m.mlp == "gelu" else 3
     dense_mlp = width * m.hidden * m.ffn_hidden
     moe_mlp = ((m.experts_active + m.shared_experts) * width * m.hidden * m.expert_ffn_hidden

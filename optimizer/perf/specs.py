@@ -42,6 +42,13 @@ class ModelSpec:
     qk_rope_dim: int = 0
     qk_nope_dim: int = 0
     v_head_dim: int = 0
+    # shapes of 2024-2026 configs: a head size that is not hidden/heads (Qwen3-32B: 64 × 128 over a
+    # hidden of 5,120; gpt-oss: 64 × 64 over 2,880), tied input/output embeddings (small Qwen, Gemma)
+    # and layers that attend only to a sliding window of recent tokens (Mistral, gpt-oss, Gemma 3)
+    attn_head_dim: int = 0  # 0: hidden // heads
+    tie_embeddings: bool | None = None  # None: tied for GPT (gelu) blocks, untied for Llama (swiglu)
+    sliding_window: int = 0  # tokens a windowed layer attends to (0: no windowed layers)
+    sliding_layers: int = 0  # how many of the layers are windowed
 
     @property
     def moe(self) -> bool:
@@ -65,7 +72,12 @@ class ModelSpec:
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        return self.attn_head_dim or self.hidden // self.heads
+
+    @property
+    def q_hidden(self) -> int:
+        """Width of Q (and of the attention output before its projection): heads × head_dim."""
+        return self.heads * self.head_dim
 
     @property
     def kv_hidden(self) -> int:
@@ -74,7 +86,15 @@ class ModelSpec:
 
     @property
     def tied_embeddings(self) -> bool:
-        return self.mlp == "gelu"
+        return self.mlp == "gelu" if self.tie_embeddings is None else self.tie_embeddings
+
+    def attended(self, context: float) -> float:
+        """Tokens a query attends to, averaged over layers, at a context of ``context`` tokens: windowed
+        layers see at most ``sliding_window`` of them (Beltagy et al. 2020; Mistral 7B, gpt-oss, Gemma 3)."""
+        if not self.sliding_layers or not self.sliding_window:
+            return context
+        local = min(context, self.sliding_window)
+        return (self.sliding_layers * local + (self.layers - self.sliding_layers) * context) / self.layers
 
 
 @dataclass(frozen=True)
