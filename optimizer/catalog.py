@@ -163,7 +163,7 @@ class ModelPreset(Record):
     ffn_hidden: int = Field(ge=1)
     vocab: int = Field(ge=1)
     seq_len: int = Field(ge=1)
-    mlp: Literal["gelu", "swiglu"]
+    mlp: Literal["gelu", "swiglu", "relu2"]
     experts: int = Field(default=0, ge=0)
     experts_active: int = Field(default=0, ge=0)
     shared_experts: int = Field(default=0, ge=0)

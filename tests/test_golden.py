@@ -215,3 +215,16 @@ def test_context_parallel_splits_the_sequence(catalog):
     assert dict(train_step(m, hw, short, catalog.efficiency).breakdown)["cp_comm"] > 0
     with pytest.raises(ValueError, match="context parallelism"):
         train_step(m, hw, TrainPlan(**{**base.__dict__, "cp": 3}), catalog.efficiency)
+
+
+def test_head_size_apart_from_hidden_and_squared_relu_mlp():
+    """Qwen3-32B's attention is 64 heads × 128 over a hidden of 5,120 (Q and O are 5,120 × 8,192);
+    a squared-ReLU MLP (Nemotron-4) has two matrices and no biases."""
+    qwen = ModelSpec("qwen3-32b-like", 64, 5120, 64, 8, 25600, 151936, 4096, "swiglu", attn_head_dim=128)
+    assert qwen.q_hidden == 8192 and qwen.head_dim == 128
+    per_layer = 2 * 5120 * 8192 + 2 * 5120 * 1024 + 3 * 5120 * 25600 + 2 * 5120
+    assert param_count(qwen) == 64 * per_layer + 2 * 151936 * 5120 + 5120
+    tied = ModelSpec("tied", 64, 5120, 64, 8, 25600, 151936, 4096, "swiglu", attn_head_dim=128, tie_embeddings=True)
+    assert param_count(qwen) - param_count(tied) == 151936 * 5120
+    relu2 = ModelSpec("relu2", 2, 1024, 8, 8, 4096, 1000, 2048, "relu2")
+    assert param_count(relu2) == 2 * (4 * 1024 * 1024 + 2 * 1024 * 4096 + 2 * 1024) + 2 * 1000 * 1024 + 1024

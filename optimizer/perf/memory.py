@@ -65,7 +65,7 @@ def activation_bytes_per_layer(
         per = 2.0 * s * b * h
         return per / tp if sequence_parallel else per
     unsharded = 10.0 * s * b * h
-    mlp = (4.0 if m.mlp == "gelu" else 6.0) * s * b * mlp_activation_width(m)
+    mlp = (6.0 if m.mlp == "swiglu" else 4.0) * s * b * mlp_activation_width(m)
     sharded = 4.0 * s * b * h + 4.0 * s * b * m.kv_hidden + mlp
     if recompute == "none" and not flash_attention:
         sharded += 5.0 * a * s * s * b
@@ -101,7 +101,7 @@ def training_memory(m: ModelSpec, plan: TrainPlan, reserved: float = 0.0) -> Mem
     tp, pp, dp = plan.tp, plan.pp, plan.grad_ranks  # ZeRO shards over DP × CP
     layers = stage_layers(m, pp)
     per_layer = shape.layer_params(m)
-    embed_in = m.vocab * m.hidden + (m.seq_len * m.hidden if m.mlp == "gelu" else 0)
+    embed_in = m.vocab * m.hidden + (m.seq_len * m.hidden if m.gpt_block else 0)
     embed_out = 0 if m.tied_embeddings else m.vocab * m.hidden
     logits = 4.0 * s * plan.micro_batch * m.vocab / tp
     act_layer = activation_bytes_per_layer(m, s, plan.micro_batch, tp, plan.recompute, plan.sequence_parallel,

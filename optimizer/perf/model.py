@@ -28,16 +28,17 @@ def attention_params(m: ModelSpec) -> int:
             m.qk_nope_dim + m.v_head_dim)
         return q + kv + m.heads * m.v_head_dim * h
     weights = 2 * h * m.q_hidden + 2 * h * m.kv_hidden
-    if m.mlp == "gelu":
+    if m.gpt_block:
         return weights + m.q_hidden + 2 * m.kv_hidden + h
     return weights
 
 
 def _mlp(m: ModelSpec, width: int) -> int:
-    """One MLP: GELU's up and down matrices with biases, or SwiGLU's gate, up and down."""
-    if m.mlp == "gelu":
+    """One MLP: GELU's up and down matrices with biases, squared ReLU's without, or SwiGLU's gate,
+    up and down."""
+    if m.gpt_block:
         return 2 * m.hidden * width + width + m.hidden
-    return 3 * m.hidden * width
+    return m.mlp_matrices * m.hidden * width
 
 
 def mlp_params(m: ModelSpec) -> int:
@@ -54,7 +55,7 @@ def moe_params(m: ModelSpec, active: bool = False) -> int:
 
 def norm_params(m: ModelSpec) -> int:
     """Per layer: two LayerNorms (scale and bias) for GPT, two RMSNorms (scale) for Llama."""
-    return 4 * m.hidden if m.mlp == "gelu" else 2 * m.hidden
+    return 4 * m.hidden if m.gpt_block else 2 * m.hidden
 
 
 @lru_cache(maxsize=256)  # pure function of a frozen spec; the planner calls it a million times
@@ -79,7 +80,7 @@ def expert_params(m: ModelSpec) -> int:
 def embedding_params(m: ModelSpec) -> int:
     """Input embedding (+ learned positions for GPT); the output layer when untied."""
     params = m.vocab * m.hidden
-    if m.mlp == "gelu":
+    if m.gpt_block:
         params += m.seq_len * m.hidden
     if not m.tied_embeddings:
         params += m.vocab * m.hidden
@@ -87,7 +88,7 @@ def embedding_params(m: ModelSpec) -> int:
 
 
 def final_norm_params(m: ModelSpec) -> int:
-    return 2 * m.hidden if m.mlp == "gelu" else m.hidden
+    return 2 * m.hidden if m.gpt_block else m.hidden
 
 
 @lru_cache(maxsize=256)  # pure function of a frozen spec; the planner calls it a million times
@@ -109,7 +110,7 @@ def matmul_params_per_layer(m: ModelSpec) -> int:
         attn = attention_params(m) - m.q_lora_rank - m.kv_lora_rank
     else:
         attn = 2 * m.hidden * m.q_hidden + 2 * m.hidden * m.kv_hidden
-    width = 2 if m.mlp == "gelu" else 3
+    width = m.mlp_matrices
     dense_mlp = width * m.hidden * m.ffn_hidden
     moe_mlp = ((m.experts_active + m.shared_experts) * width * m.hidden * m.expert_ffn_hidden
                + m.hidden * m.experts) if m.moe else 0

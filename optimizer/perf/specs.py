@@ -18,7 +18,8 @@ class ModelSpec:
 
     ``mlp='gelu'`` is the classic GPT block (two matrices, biases, LayerNorm, learned
     positions, tied embeddings); ``mlp='swiglu'`` is the Llama block (three matrices, no
-    biases, RMSNorm, rotary positions, untied output layer).
+    biases, RMSNorm, rotary positions, untied output layer); ``mlp='relu2'`` is the Llama block
+    with a two-matrix squared-ReLU MLP (Nemotron-4, Parmar et al. 2024, arXiv 2402.16819).
     """
 
     name: str
@@ -49,6 +50,16 @@ class ModelSpec:
     tie_embeddings: bool | None = None  # None: tied for GPT (gelu) blocks, untied for Llama (swiglu)
     sliding_window: int = 0  # tokens a windowed layer attends to (0: no windowed layers)
     sliding_layers: int = 0  # how many of the layers are windowed
+
+    @property
+    def gpt_block(self) -> bool:
+        """GPT-2/3 block: biases, LayerNorm with bias, learned positions."""
+        return self.mlp == "gelu"
+
+    @property
+    def mlp_matrices(self) -> int:
+        """Weight matrices of one MLP: up and down, plus a gate for SwiGLU."""
+        return 3 if self.mlp == "swiglu" else 2
 
     @property
     def moe(self) -> bool:
@@ -86,7 +97,7 @@ class ModelSpec:
 
     @property
     def tied_embeddings(self) -> bool:
-        return self.mlp == "gelu" if self.tie_embeddings is None else self.tie_embeddings
+        return self.gpt_block if self.tie_embeddings is None else self.tie_embeddings
 
     def attended(self, context: float) -> float:
         """Tokens a query attends to, averaged over layers, at a context of ``context`` tokens: windowed
