@@ -382,7 +382,9 @@ def solve(table: PlanTable, targets: Targets, backend: str = "ortools", time_lim
             lmax = _leaf_bound(g, smax)  # L's upper bound: the M that switches the two-tier rows off
             model.add(L[h] * P >= q * S[h], f"leaf_ports[{h}]")
             spanning = [x[c.key] for c in cands if c.gpus_per_replica * c.dp_min > g.slots]
-            model.add(L[h] >= model.total(spanning), f"leaf_needed[{h}]")
+            # at most one plan per workload: a spanning plan of any workload needs a switch (L ≥ 1)
+            jobs_spanning = len({c.workload for c in cands if c.gpus_per_replica * c.dp_min > g.slots})
+            model.add(max(1, jobs_spanning) * L[h] >= model.total(spanning), f"leaf_needed[{h}]")
             model.add(q * S[h] <= P + q * smax * Y[h], f"one_switch[{h}]")
             model.add(L[h] >= (q / d) * S[h] - lmax * (1 - Y[h]), f"fat_tree_leaf[{h}]")
             model.add(P * K[h] >= u * L[h] - u * lmax * (1 - Y[h]), f"fat_tree_spine[{h}]")
