@@ -1,0 +1,124 @@
+"""Presets of 2024-2026 models: shapes and counts that follow from their published configs and cards.
+
+Every expected number below is worked out by hand from the model's config.json (or its card/report),
+not read back from the catalog.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from optimizer.perf.model import (
+    active_param_count,
+    attention_params,
+    embedding_params,
+    final_norm_params,
+    moe_params,
+    param_count,
+    transformer_params,
+)
+from optimizer.perf.serve import kv_bytes_per_token
+
+NEW_MOE = ("mixtral-8x22b", "deepseek-r1", "deepseek-v3.1", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-20b",
+           "gpt-oss-120b", "llama4-maverick")
+
+
+def test_every_moe_preset_has_a_published_active_count_within_two_percent(catalog):
+    moe = [m for m in catalog.models.values() if m.experts]
+    assert set(NEW_MOE) <= {m.id for m in moe}
+    for m in moe:
+        assert m.published_active_params_b, m.id
+        assert active_param_count(m.spec()) / 1e9 == pytest.approx(m.published_active_params_b, rel=0.02), m.id
+
+
+@pytest.mark.parametrize(("preset", "expected"), [
+    # 2 (K and V) x layers x kv_heads x head_dim x 2 bytes
+    ("qwen3-8b", 2 * 36 * 8 * 128 * 2),  # 147,456
+    ("qwen3-32b", 2 * 64 * 8 * 128 * 2),  # 262,144
+    ("qwen3-30b-a3b", 2 * 48 * 4 * 128 * 2),  # 98,304
+    ("qwen3-235b-a22b", 2 * 94 * 4 * 128 * 2),  # 192,512
+    ("gpt-oss-20b", 2 * 24 * 8 * 64 * 2),  # 49,152
+    ("gpt-oss-120b", 2 * 36 * 8 * 64 * 2),  # 73,728
+    ("gemma3-27b", 2 * 62 * 16 * 128 * 2),  # 507,904
+    ("llama4-maverick", 2 * 48 * 8 * 128 * 2),  # 196,608
+    # MLA caches one latent (kv_lora_rank 512 + rotary key 64) per layer
+    ("deepseek-r1", 61 * (512 + 64) * 2),  # 70,272
+])
+def test_kv_cache_bytes_per_token_from_the_configs(catalog, preset, expected):
+    assert kv_bytes_per_token(catalog.models[preset].spec(), "bf16") == expected
+
+
+def test_head_size_apart_from_hidden_over_heads(catalog):
+    q32 = catalog.models["qwen3-32b"].spec()
+    assert (q32.head_dim, q32.q_hidden, q32.kv_hidden) == (128, 8192, 1024)  # hidden // heads would be 80
+    assert attention_params(q32) == 2 * 5120 * 8192 + 2 * 5120 * 1024
+    oss = catalog.models["gpt-oss-120b"].spec()
+    assert (oss.head_dim, oss.q_hidden, oss.kv_hidden) == (64, 4096, 512)  # hidden // heads would be 45
+    g12 = catalog.models["gemma3-12b"].spec()
+    assert (g12.head_dim, g12.q_hidden) == (256, 4096)  # over a hidden of 3,840
+
+
+def test_gpt_oss_120b_matches_the_model_cards_component_counts(catalog):
+    """Card Table 1: MLP 114.71 B, attention 0.96 B, embed + unembed 1.16 B (biases and sinks are < 0.05 %)."""
+    m = catalog.models["gpt-oss-120b"].spec()
+    assert m.moe_layers == 36 and m.dense_layers == 0
+    assert 36 * moe_params(m) / 1e9 == pytest.approx(114.71, rel=0.001)
+    assert 36 * attention_params(m) / 1e9 == pytest.approx(0.96, rel=0.005)
+    assert embedding_params(m) == 2 * 201088 * 2880
+    assert embedding_params(m) / 1e9 == pytest.approx(1.16, rel=0.005)
+    # the card's 5.13 B active counts the unembedding, not the input-embedding lookup
+    assert (active_param_count(m) - 201088 * 2880) / 1e9 == pytest.approx(5.13, rel=0.002)
+
+
+def test_gemma3_non_embedding_counts_match_the_report(catalog):
+    """Gemma 3 report Table 1: 10,759 M and 25,600 M non-embedding parameters; embeddings tied."""
+    for preset, non_embedding in (("gemma3-12b", 10.759), ("gemma3-27b", 25.600)):
+        m = catalog.models[preset].spec()
+        assert m.tied_embeddings and embedding_params(m) == m.vocab * m.hidden
+        assert (transformer_params(m) + final_norm_params(m)) / 1e9 == pytest.approx(non_embedding, rel=0.001)
+
+
+def test_nemotron4_non_embedding_counts_match_the_reports(catalog):
+    for preset, non_embedding in (("nemotron4-15b", 12.5), ("nemotron4-340b", 331.6)):
+        m = catalog.models[preset].spec()
+        assert m.mlp == "relu2" and not m.tied_embeddings
+        assert (param_count(m) - embedding_params(m)) / 1e9 == pytest.approx(non_embedding, rel=0.002)
+
+
+def test_qwen25_half_b_is_the_released_checkpoint_less_its_qkv_biases(catalog):
+    m = catalog.models["qwen2.5-0.5b"].spec()
+    qkv_biases = 24 * (896 + 2 * 2 * 64)  # per layer: Q (14 x 64) + K and V (2 x 64 each)
+    assert param_count(m) + qkv_biases == 494_032_768
+
+
+@pytest.mark.parametrize(("preset", "window", "period", "layers"), [
+    ("gpt-oss-20b", 128, 2, 24),  # layer_types alternate sliding / full
+    ("gpt-oss-120b", 128, 2, 36),
+    ("gemma3-12b", 1024, 6, 48),  # sliding_window_pattern 6: every sixth layer is global
+    ("gemma3-27b", 1024, 6, 62),  # global layers 6, 12, ..., 60: 10 of 62
+    ("llama4-maverick", 8192, 4, 48),  # every fourth layer global (NoPE), the others chunked (approximated)
+])
+def test_windowed_layers_follow_the_configs(catalog, preset, window, period, layers):
+    m = catalog.models[preset].spec()
+    assert (m.sliding_window, m.sliding_layers, m.layers) == (window, layers - layers // period, layers)
+
+
+def test_gpt_oss_attends_to_half_the_context_plus_half_a_window(catalog):
+    m = catalog.models["gpt-oss-120b"].spec()
+    assert m.attended(8192) == pytest.approx((18 * 128 + 18 * 8192) / 36)  # 4,160
+    assert m.attended(64) == 64  # shorter than the window: every layer sees everything
+
+
+def test_llama4_maverick_interleaves_dense_and_moe_layers(catalog):
+    m = catalog.models["llama4-maverick"].spec()
+    assert (m.moe_layers, m.dense_layers, m.ffn_hidden, m.expert_ffn_hidden) == (24, 24, 16384, 8192)
+    assert (m.experts, m.experts_active, m.shared_experts) == (128, 1, 1)
+
+
+@pytest.mark.parametrize(("copy", "original"), [
+    ("deepseek-r1", "deepseek-v3"), ("deepseek-v3.1", "deepseek-v3"), ("llama3.3-70b", "llama3.1-70b"),
+])
+def test_same_shape_presets_are_exact_copies(catalog, copy, original):
+    a, b = catalog.models[copy], catalog.models[original]
+    assert a.spec().__dict__ | {"name": ""} == b.spec().__dict__ | {"name": ""}
+    assert a.source != b.source
