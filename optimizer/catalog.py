@@ -8,14 +8,19 @@ GPU in a server on a fabric to the SI ``perf.Hardware`` the performance model us
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from optimizer.errors import CatalogError, suggest
-from optimizer.perf.specs import Device, Efficiency, Hardware, Link, ModelSpec
+from optimizer.perf.params import ServeParams, TrainParams
+from optimizer.perf.serve import math_precision
+from optimizer.perf.specs import Device, Hardware, Link, ModelSpec
+from optimizer.stacks import Efficiency, Engine, Resolved, TrainStack, load_efficiency
 from optimizer.validation import read_yaml, validate
 
 SCHEMA_VERSION = 1
@@ -42,33 +47,49 @@ class Sourced(Record):
     assumption: bool = False
 
 
-class MatmulEfficiency(Record):
-    bf16: float | None = Field(default=None, gt=0, le=1)
-    fp16: float | None = Field(default=None, gt=0, le=1)
-    fp8: float | None = Field(default=None, gt=0, le=1)
-    same_as: str | None = None  # take another GPU's values (same silicon): one number, one place
-    source: str
-    assumption: bool = False
+GPU_FAMILIES = ("volta", "turing", "ampere", "ampere-ga10x", "ada", "hopper", "blackwell", "blackwell-gb20x",
+                "cdna2", "cdna3", "cdna4", "gaudi2", "gaudi3")
+# The numeric specs of a GPU entry; each one present needs a source in the entry's ``specs`` map.
+SPEC_FIELDS = ("memory_gb", "mem_bw_gbs", "bf16_tflops", "fp16_tflops", "fp8_tflops", "fp4_tflops", "link_bw_gbs",
+               "tdp_w")
+
+
+class SpecSource(Record):
+    """A document a GPU figure is read from: what it is, where to find it, and when."""
+
+    title: str
+    where: str  # repository + path + commit, URL, or document id
+    date: str  # publication or access date, "YYYY-MM" or "YYYY-MM-DD"
+
+    @field_validator("date")
+    @classmethod
+    def _dated(cls, value: str) -> str:
+        if not re.fullmatch(r"\d{4}-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?", value):
+            raise ValueError(f"expected a date as YYYY-MM or YYYY-MM-DD, got {value!r}")
+        return value
 
 
 class Gpu(Record):
     id: str
     name: str
     vendor: str
+    family: Literal[GPU_FAMILIES]  # the microarchitecture the performance model's efficiencies are keyed by
     form_factor: Literal["sxm", "oam", "pcie", "workstation", "consumer"]
     memory_gb: float = Field(gt=0, le=4096)
     mem_bw_gbs: float = Field(gt=0, le=100_000)
     bf16_tflops: float | None = Field(default=None, gt=0, le=100_000)
     fp16_tflops: float | None = Field(default=None, gt=0, le=100_000)
     fp8_tflops: float | None = Field(default=None, gt=0, le=100_000)
+    fp4_tflops: float | None = Field(default=None, gt=0, le=100_000)  # dense FP4 / NVFP4 / MXFP4
     link: str
     link_bw_gbs: float = Field(gt=0, le=100_000)
     link_domain: int | None = Field(default=None, ge=1)
     host_bus: str
     tdp_w: float = Field(gt=0, le=10_000)
     datacenter_license: bool
+    purchasable: bool = True  # False: kept for calibration; offered only when a problem lists it in allow_gpus
     price: Price
-    matmul_efficiency: MatmulEfficiency
+    specs: dict[str, str]  # numeric spec (memory_gb, bf16_tflops, ...) -> key of the file's spec_sources
     source: str
     note: str | None = None
 
@@ -80,6 +101,28 @@ class Gpu(Record):
 
     def tflops(self, precision: str) -> float | None:
         return getattr(self, f"{precision}_tflops", None)
+
+    def spec_problems(self, sources: dict[str, SpecSource]) -> list[tuple[str, str]]:
+        """(field of ``specs``, what is wrong and how to fix it) for each figure without a dated source."""
+        problems = []
+        used = sorted({key for key in self.specs.values() if key in sources})
+        hint = f" (this entry's other figures use {', '.join(used)})" if used else ""
+        for name in SPEC_FIELDS:
+            if getattr(self, name) is not None and name not in self.specs:
+                problems.append((name, f"{name} {getattr(self, name)!r} has no source. To fix: add '{name}: <key>' "
+                                       f"under specs, <key> naming the spec_sources document it is read from{hint}"))
+        for name, key in self.specs.items():
+            if name not in SPEC_FIELDS:
+                problems.append((name, f"'{name}' is not a numeric spec of a GPU.{suggest(name, SPEC_FIELDS)} "
+                                       f"To fix: use one of {', '.join(SPEC_FIELDS)}"))
+            elif getattr(self, name) is None:
+                problems.append((name, f"the entry has no {name} to source. To fix: remove it from specs "
+                                       "or add the figure"))
+            elif key not in sources:
+                problems.append((name, f"'{key}' is not a key of spec_sources.{suggest(key, sources)} To fix: "
+                                       f"name a key of spec_sources, or add '{key}' there with its title, where "
+                                       "and date"))
+        return problems
 
 
 class Server(Record):
@@ -275,48 +318,14 @@ class Offer(Record):
         return {"on-demand": 0.0, "1yr": HOURS_PER_YEAR, "3yr": 3 * HOURS_PER_YEAR}[self.term]
 
 
-class EfficiencyFile(Record):
-    schema_version: int
-    mem_bw_efficiency: Sourced
-    dp_overlap: Sourced
-    tp_overlap: Sourced | None = None
-    reserved_memory_gb: Sourced
-    kv_memory_fraction: Sourced
-    decode_gemm_efficiency: Sourced
-    attention_bw_efficiency: Sourced
-    elementwise_bytes: Sourced
-    attention_kernel_efficiency: Sourced
-
-    @model_validator(mode="after")
-    def _fractions(self) -> EfficiencyFile:
-        for name in ("mem_bw_efficiency", "dp_overlap", "kv_memory_fraction", "decode_gemm_efficiency",
-                     "attention_bw_efficiency", "attention_kernel_efficiency"):
-            value = getattr(self, name).value
-            if not 0 < value <= 1:
-                raise ValueError(f"{name} must be a fraction in (0, 1], got {value}")
-        return self
-
-    def efficiency(self) -> Efficiency:
-        return Efficiency(
-            mem_bw=self.mem_bw_efficiency.value,
-            dp_overlap=self.dp_overlap.value,
-            tp_overlap=self.tp_overlap.value if self.tp_overlap else 0.0,
-            reserved_memory=self.reserved_memory_gb.value * GB,
-            kv_memory_fraction=self.kv_memory_fraction.value,
-            decode_gemm=self.decode_gemm_efficiency.value,
-            attention_bw=self.attention_bw_efficiency.value,
-            elementwise_bytes=self.elementwise_bytes.value,
-            attention_kernel=self.attention_kernel_efficiency.value,
-        )
-
-
 QUANTILES = (5, 10, 20, 25, 50, 75, 80, 90, 95)
 
 
 class Band(Record):
-    """Quantiles of measured / predicted over the calibration rows of one workload kind."""
+    """Quantiles of measured / predicted over the out-of-source comparisons of one workload kind."""
 
     rows: int = Field(ge=1)
+    sources: int = Field(ge=1)
     source: str
     ratio_quantiles: dict[int, float]
 
@@ -334,17 +343,32 @@ class Band(Record):
         return self.ratio_quantiles[quantile]
 
 
+class Bands(Record):
+    calibrated: Band  # the GPU family and the stack have calibration rows of their own
+    extrapolated: Band  # one of them borrows another's values: wider
+
+
 class UncertaintyFile(Record):
     schema_version: int
-    training: Band
-    serving: Band
+    training: Bands
+    serving: Bands
 
 
 class GpuFile(Record):
     schema_version: int
     prices_as_of: str
-    spec_sources: dict[str, str] = {}
+    spec_sources: dict[str, SpecSource]
     gpus: tuple[Gpu, ...]
+
+    @model_validator(mode="after")
+    def _specs_sourced(self) -> GpuFile:
+        """Every numeric spec of every GPU names a dated document of ``spec_sources``."""
+        errors = [InitErrorDetails(type=PydanticCustomError("unsourced_spec", message),
+                                   loc=("gpus", i, "specs", name), input=gpu.specs.get(name, getattr(gpu, name, None)))
+                  for i, gpu in enumerate(self.gpus) for name, message in gpu.spec_problems(self.spec_sources)]
+        if errors:
+            raise ValidationError.from_exception_data(type(self).__name__, errors)
+        return self
 
 
 class ServerFile(Record):
@@ -395,12 +419,15 @@ class Catalog:
     regions: dict[str, Region] = field(default_factory=dict)
     offers: dict[str, Offer] = field(default_factory=dict)
     cables: dict[str, Cable] = field(default_factory=dict)
+    spec_sources: dict[str, SpecSource] = field(default_factory=dict)
 
-    def band(self, kind: str) -> Band:
-        """The residual band of a workload kind ('train' or 'serve')."""
+    def band(self, kind: str, extrapolated: bool = False) -> Band:
+        """The out-of-source band of a workload kind ('train' or 'serve'); wider where the
+        prediction's GPU family or stack has no calibration rows of its own."""
         if self.uncertainty is None:
             raise CatalogError(f"{self.root}: no uncertainty.yaml. To fix: run 'gpuopt fit' and save its bands.")
-        return self.uncertainty.training if kind == "train" else self.uncertainty.serving
+        bands = self.uncertainty.training if kind in ("train", "training") else self.uncertainty.serving
+        return bands.extrapolated if extrapolated else bands.calibrated
 
     def servers_for(self, gpu_id: str) -> list[Server]:
         return [s for s in self.servers.values() if gpu_id in s.accepts]
@@ -434,10 +461,62 @@ class Catalog:
 
     def device(self, gpu_id: str) -> Device:
         gpu = self.gpus[gpu_id]
-        peaks = tuple((p, gpu.tflops(p) * 1e12) for p in ("bf16", "fp16", "fp8") if gpu.tflops(p))
-        eff = gpu.matmul_efficiency
-        effs = tuple((p, getattr(eff, p)) for p in ("bf16", "fp16", "fp8") if getattr(eff, p))
-        return Device(gpu.id, gpu.memory_gb * GB, gpu.mem_bw_gbs * GB, peaks, effs)
+        peaks = tuple((p, gpu.tflops(p) * 1e12) for p in ("bf16", "fp16", "fp8", "fp4") if gpu.tflops(p))
+        return Device(gpu.id, gpu.memory_gb * GB, gpu.mem_bw_gbs * GB, peaks)
+
+    def stack(self, kind: str, ident: str | None, gpu_id: str) -> TrainStack | Engine:
+        """A training stack or serving engine by id or alias; None: the default for the GPU's vendor."""
+        kind_ = "training" if kind in ("train", "training") else "serving"
+        ident = ident or self.efficiency.default_stack(kind_, self.gpus[gpu_id].vendor)  # type: ignore[arg-type]
+        return self.efficiency.stack(kind_, ident)  # type: ignore[arg-type]
+
+    def resolve(self, kind: str, gpu_id: str, precision: str, stack: str | None) -> Resolved:
+        """The efficiency parameters of a GPU at a (math) precision on a stack, and what they
+        extrapolate; None: the GPU vendor's default stack."""
+        kind_ = "training" if kind in ("train", "training") else "serving"
+        ident = self.stack(kind_, stack, gpu_id).id
+        return self.efficiency.resolve(kind_, self.gpus[gpu_id].family, precision, ident)  # type: ignore[arg-type]
+
+    def efficiency_status(self, gpu_id: str) -> str:
+        """Whether the GPU's family has calibration rows of its own, per workload kind."""
+        family = self.gpus[gpu_id].family
+        out = []
+        for kind in ("training", "serving"):
+            support = self.efficiency.table.support.get(kind)  # type: ignore[call-overload]
+            rows = support.families.get(family, 0) if support else 0
+            if rows:
+                out.append(f"{kind}: calibrated ({rows} rows of GPU family {family})")
+            else:
+                chain = self.efficiency.family_chain(family)[1:]
+                borrowed = next((f for f in chain if support and support.families.get(f)), None)
+                out.append(f"{kind}: NOT calibrated (no rows of GPU family {family}; "
+                           + (f"takes {borrowed}'s values" if borrowed else "takes the defaults") + ", wider band)")
+        return "; ".join(out)
+
+    def train_params(self, gpu_id: str, precision: str, stack: str | None = None) -> TrainParams:
+        return self.resolve("training", gpu_id, precision, stack).params  # type: ignore[return-value]
+
+    def train_setup(self, gpu_id: str, precision: str = "bf16", stack: str | None = None) -> tuple[TrainParams, float]:
+        """(efficiency parameters, bytes reserved per GPU): the arguments ``train_step`` takes after the plan."""
+        return self.train_params(gpu_id, precision, stack), self.efficiency.reserved_memory
+
+    def serve_params(self, gpu_id: str, weights: str, engine: str | None = None) -> ServeParams:
+        """An engine's parameters for a GPU serving weights in a format (values are keyed by the weight
+        format: a weight-only format dequantises into 16-bit math at its own efficiency)."""
+        math_precision(self.device(gpu_id), weights)  # raises for a GPU with no tensor cores for it
+        return self.resolve("serving", gpu_id, weights, engine).params  # type: ignore[return-value]
+
+    def train_plan_traits(self, gpu_id: str, stack: str | None = None) -> dict[str, object]:
+        """What a training stack sets in a plan (TrainPlan fields)."""
+        st = self.stack("training", stack, gpu_id)
+        return {"grad_reduce_bytes": st.grad_reduce_bytes, "flash_attention": st.flash_attention}  # type: ignore[union-attr]
+
+    def serve_plan_traits(self, gpu_id: str, engine: str | None = None) -> dict[str, object]:
+        """What a serving engine sets in a replica's plan (ServePlan fields)."""
+        e = self.stack("serving", engine, gpu_id)
+        return {"memory_fraction": e.memory_fraction, "kv_fraction": e.kv_fraction,  # type: ignore[union-attr]
+                "max_seqs": e.seq_cap(self.gpus[gpu_id].memory_gb * GB, self.gpus[gpu_id].family),  # type: ignore[union-attr]
+                "reserved_memory": self.efficiency.reserved_memory}
 
 
 def _bus_gbs(bus_id: str) -> float:
@@ -479,7 +558,6 @@ def load_catalog(root: Path | None = None) -> Catalog:
     net_f = _load(root, "network.yaml", NetworkFile)
     models_f = _load(root, "models.yaml", ModelFile)
     facility = _load(root, "facility.yaml", Facility)
-    eff = _load(root, "efficiency.yaml", EfficiencyFile)
     bands = _load(root, "uncertainty.yaml", UncertaintyFile)
     regions = _load(root, "regions.yaml", RegionFile)
     cloud = _load(root, "cloud.yaml", CloudFile)
@@ -494,33 +572,15 @@ def load_catalog(root: Path | None = None) -> Catalog:
         fabrics=_index(root / "network.yaml", "fabric", net_f.fabrics),  # type: ignore[attr-defined]
         models=_index(root / "models.yaml", "model", models_f.models),  # type: ignore[attr-defined]
         facility=facility,  # type: ignore[arg-type]
-        efficiency=eff.efficiency(),  # type: ignore[attr-defined]
+        efficiency=load_efficiency(root),
         uncertainty=bands,  # type: ignore[arg-type]
         regions=_index(root / "regions.yaml", "region", regions.regions),  # type: ignore[attr-defined]
         offers=_index(root / "cloud.yaml", "offer", cloud.offers),  # type: ignore[attr-defined]
         cables=_index(root / "network.yaml", "cable", net_f.cables),  # type: ignore[attr-defined]
+        spec_sources=dict(gpus_f.spec_sources),  # type: ignore[attr-defined]
     )
     _check_references(cat)
-    return resolve_same_as(cat)
-
-
-def resolve_same_as(cat: Catalog) -> Catalog:
-    """Fill ``matmul_efficiency.same_as`` references with the referenced GPU's figures."""
-
-    gpus = dict(cat.gpus)
-    for gid, gpu in cat.gpus.items():
-        ref = gpu.matmul_efficiency.same_as
-        if ref is None:
-            continue
-        if ref not in cat.gpus or cat.gpus[ref].matmul_efficiency.same_as is not None:
-            raise CatalogError(f"{cat.root / 'gpus.yaml'}: gpu '{gid}': matmul_efficiency.same_as must name a GPU "
-                               f"with its own figures, got '{ref}'.{suggest(ref, cat.gpus)}")
-        theirs = cat.gpus[ref].matmul_efficiency
-        mine = gpu.matmul_efficiency.model_copy(update={
-            "bf16": theirs.bf16 if gpu.bf16_tflops else None, "fp16": theirs.fp16 if gpu.fp16_tflops else None,
-            "fp8": theirs.fp8 if gpu.fp8_tflops else None})
-        gpus[gid] = gpu.model_copy(update={"matmul_efficiency": mine})
-    return replace(cat, gpus=gpus)
+    return cat
 
 
 def _ref(path: Path, owner: str, field: str, ident: str | None, table: dict[str, Record]) -> None:

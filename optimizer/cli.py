@@ -100,7 +100,9 @@ def estimate() -> None:
               help="Expert parallelism for MoE models: experts sharded over EP GPUs of the DP group.")
 @click.option("--virtual-stages", type=click.IntRange(min=1), default=1, show_default=True,
               help="Model chunks per GPU for the interleaved 1F1B schedule (needs --pp > 1).")
-@click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True)
+@click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8", "fp4"]), default="bf16", show_default=True)
+@click.option("--stack", default=None, help="Training stack (catalogs/stacks.yaml: megatron-core, pytorch-fsdp, "
+              "torchtitan, deepspeed, …); default: the mainstream one for the GPU's vendor.")
 @click.option("--server", "server_id", default=None, help="Server id (default: the first that takes the GPU).")
 @click.option("--fabric", "fabric_id", default=None, help="Fabric id between servers (default: the server's first).")
 @click.option("--tokens", default=None, help="Training tokens, e.g. 1T or 2e12, to print days.")
@@ -109,8 +111,8 @@ def estimate() -> None:
 @handle_errors
 def estimate_train(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, micro_batch: int,
                    global_batch: int | None, seq_len: int | None, recompute: str, sequence_parallel: bool,
-                   zero: int, cp: int, ep: int, virtual_stages: int, precision: str, server_id: str | None,
-                   fabric_id: str | None,
+                   zero: int, cp: int, ep: int, virtual_stages: int, precision: str, stack: str | None,
+                   server_id: str | None, fabric_id: str | None,
                    tokens: str | None, fmt: str, catalog_dir: Path | None) -> None:
     """Memory, step time, tokens/s, TFLOP/s per GPU, MFU and days for one configuration.
 
@@ -146,17 +148,21 @@ def estimate_train(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, mic
     if virtual_stages > 1 and (pp == 1 or pp * virtual_stages > model.layers):
         raise ProblemError(f"--virtual-stages {virtual_stages} needs --pp > 1 and at least one of the model's "
                            f"{model.layers} layers per chunk (PP × virtual stages = {pp * virtual_stages}).")
+    stack_id = _stack(catalog, "training", stack, gpu_id)
     plan = TrainPlan(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, num_micro_batches=gb // (dp * micro_batch),
                      recompute=recompute, sequence_parallel=sequence_parallel, zero=zero, precision=precision,
-                     seq_len=s, virtual_stages=virtual_stages, ep=ep, cp=cp)
+                     seq_len=s, virtual_stages=virtual_stages, ep=ep, cp=cp,
+                     **catalog.train_plan_traits(gpu_id, stack_id))
     hw = catalog.hardware(gpu_id, server, fabric)
+    resolved = catalog.resolve("training", gpu_id, precision, stack_id)
     try:
-        result = train_step(model, hw, plan, catalog.efficiency)
+        result = train_step(model, hw, plan, resolved.params, catalog.efficiency.reserved_memory)  # type: ignore[arg-type]
     except ValueError as exc:
         raise ProblemError(f"{exc}. To fix: check --precision, --cp, --ep and --gpus.") from None
     out = {
         "model": model.name, "gpu": gpu_id, "server": server, "fabric": fabric, "gpus": gpus,
-        "plan": plan.describe(), "fits": result.fits,
+        "plan": plan.describe(), "stack": stack_id, "stack_default": stack is None,
+        "extrapolated": list(resolved.extrapolated), "fits": result.fits,
         "memory_gb_per_gpu": result.memory.total / 1e9, "memory_capacity_gb": result.memory_capacity / 1e9,
         "memory_breakdown_gb": {k: v / 1e9 for k, v in result.memory.breakdown().items()},
         "step_time_s": result.step_time, "step_breakdown_s": dict(result.breakdown),
@@ -164,7 +170,7 @@ def estimate_train(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, mic
         "tflops_per_gpu": result.flops_per_gpu / 1e12, "mfu": result.mfu, "hfu": result.hfu,
         "days": result.days(parse_quantity(tokens)) if tokens else None,
     }
-    band = catalog.band("train")
+    band = catalog.band("train", bool(resolved.extrapolated))
     out["band_90"] = {"tokens_per_s": [result.tokens_per_s * band.ratio(5), result.tokens_per_s * band.ratio(95)]}
     if tokens:
         out["band_90"]["days"] = [out["days"] / band.ratio(95), out["days"] / band.ratio(5)]
@@ -172,6 +178,7 @@ def estimate_train(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, mic
         click.echo(json.dumps(out, indent=2, sort_keys=True))
         return
     click.echo(f"{model.name} on {gpus} x {gpu_id} ({server}{', ' + fabric if fabric else ''}): {plan.describe()}")
+    click.echo(_stack_line("training stack", stack_id, stack is None, resolved.extrapolated))
     verdict = "fits" if result.fits else "DOES NOT FIT"
     click.echo(f"memory per GPU {out['memory_gb_per_gpu']:,.1f} of {out['memory_capacity_gb']:,.0f} GB ({verdict}): "
                + ", ".join(f"{k} {v:,.1f}" for k, v in out["memory_breakdown_gb"].items()))
@@ -192,8 +199,12 @@ def estimate_train(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, mic
               help="GPUs in the group: replicas × TP × PP.")
 @click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--pp", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--precision", type=click.Choice(["fp16", "bf16", "fp8", "int8", "int4"]), default="fp16",
-              show_default=True, help="Weights; int8/int4 are weight-only with fp16 math.")
+@click.option("--precision", type=click.Choice(["fp16", "bf16", "fp8", "int8", "int4", "nvfp4", "mxfp4"]),
+              default="fp16", show_default=True,
+              help="Weights; int8/int4 (and fp8, nvfp4, mxfp4 on GPUs without those tensor cores) are weight-only.")
+@click.option("--engine", default=None,
+              help="Serving engine (catalogs/stacks.yaml: vllm, trtllm, sglang, llamacpp, …); "
+              "default: the mainstream one for the GPU's vendor.")
 @click.option("--kv-precision", type=click.Choice(["fp16", "bf16", "fp8"]), default="fp16", show_default=True)
 @click.option("--input-len", type=click.IntRange(min=1), required=True, help="Prompt tokens per request.")
 @click.option("--output-len", type=click.IntRange(min=1), required=True, help="Generated tokens per request.")
@@ -204,8 +215,8 @@ def estimate_train(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, mic
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @catalog_option
 @handle_errors
-def estimate_serve(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, precision: str, kv_precision: str,
-                   input_len: int, output_len: int, batch: int | None, concurrency: int | None,
+def estimate_serve(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, precision: str, engine: str | None,
+                   kv_precision: str, input_len: int, output_len: int, batch: int | None, concurrency: int | None,
                    server_id: str | None, fmt: str, catalog_dir: Path | None) -> None:
     """Memory, TTFT, time per output token and throughput of a serving group.
 
@@ -216,7 +227,7 @@ def estimate_serve(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, pre
     Example:
       gpuopt estimate serve --model llama2-70b --gpu h100-sxm --gpus 8 --tp 8 --input-len 512 --output-len 256
     """
-    from optimizer.perf.serve import ServePlan, serve
+    from optimizer.perf.serve import ServePlan, math_precision, serve
 
     catalog = load_catalog(catalog_dir)
     model, server = _resolve(catalog, model_ref, gpu_id, server_id)
@@ -230,15 +241,19 @@ def estimate_serve(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, pre
                            "serving replicas stay inside a server. To fix: lower TP or PP.")
     replicas = gpus // (tp * pp)
     per_replica = batch if batch is not None else (-(-concurrency // replicas) if concurrency else None)
+    engine_id = _stack(catalog, "serving", engine, gpu_id)
     plan = ServePlan(tp=tp, pp=pp, precision=precision, kv_precision=kv_precision, input_len=input_len,
-                     output_len=output_len, batch=per_replica)
+                     output_len=output_len, batch=per_replica, **catalog.serve_plan_traits(gpu_id, engine_id))
     try:
-        r = serve(model, catalog.hardware(gpu_id, server, None), plan, catalog.efficiency)
+        math_precision(catalog.device(gpu_id), precision)  # a GPU without tensor cores for it raises
+        resolved = catalog.resolve("serving", gpu_id, precision, engine_id)
+        r = serve(model, catalog.hardware(gpu_id, server, None), plan, resolved.params)  # type: ignore[arg-type]
     except ValueError as exc:
         raise ProblemError(f"--precision {precision}: {exc}.") from None
     out = {
         "model": model.name, "gpu": gpu_id, "server": server, "gpus": gpus, "replicas": replicas,
-        "tp": tp, "pp": pp, "precision": precision, "kv_precision": kv_precision,
+        "tp": tp, "pp": pp, "precision": precision, "kv_precision": kv_precision, "engine": engine_id,
+        "engine_default": engine is None, "extrapolated": list(resolved.extrapolated),
         "input_len": input_len, "output_len": output_len, "fits": r.fits, "max_batch": r.max_batch,
         "batch_per_replica": r.batch, "memory_gb_per_gpu": r.memory_per_gpu / 1e9,
         "memory_capacity_gb": r.memory_capacity / 1e9,
@@ -249,7 +264,7 @@ def estimate_serve(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, pre
         "total_tokens_per_s": r.total_tokens_per_s * replicas,
         "requests_per_s": r.requests_per_s * replicas,
     }
-    band = catalog.band("serve")
+    band = catalog.band("serve", bool(resolved.extrapolated))
     out["band_90"] = {"output_tokens_per_s": [out["output_tokens_per_s"] * band.ratio(5),
                                               out["output_tokens_per_s"] * band.ratio(95)]}
     if fmt == "json":
@@ -258,6 +273,7 @@ def estimate_serve(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, pre
     verdict = "fits" if r.fits else "DOES NOT FIT"
     click.echo(f"{model.name} on {gpus} x {gpu_id} ({server}): {replicas} replica(s) of TP={tp} PP={pp}, "
                f"{precision} weights, {kv_precision} KV cache, {input_len} in / {output_len} out")
+    click.echo(_stack_line("serving engine", engine_id, engine is None, resolved.extrapolated))
     click.echo(f"memory per GPU {out['memory_gb_per_gpu']:,.1f} of {out['memory_capacity_gb']:,.0f} GB ({verdict}) "
                f"at batch {r.batch} per replica (max {r.max_batch}): "
                + ", ".join(f"{k} {v:,.1f}" for k, v in out["memory_breakdown_gb"].items()))
@@ -268,6 +284,24 @@ def estimate_serve(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, pre
     click.echo(f"{out['output_tokens_per_s']:,.0f} output tokens/s (90 % band {lo:,.0f}-{hi:,.0f}), "
                f"{out['total_tokens_per_s']:,.0f} total tokens/s, {out['requests_per_s']:,.2f} requests/s "
                "for the group")
+
+
+def _stack(catalog: Catalog, kind: str, ident: str | None, gpu_id: str) -> str:
+    """The stack or engine an estimate assumes (by id or alias; None: the GPU vendor's default)."""
+    option = "--stack" if kind == "training" else "--engine"
+    if gpu_id not in catalog.gpus:
+        raise ProblemError(f"--gpu: unknown GPU '{gpu_id}'.{suggest(gpu_id, catalog.gpus)}")
+    try:
+        return catalog.stack(kind, ident, gpu_id).id
+    except CatalogError as exc:
+        raise ProblemError(f"{option}: {exc}") from None
+
+
+def _stack_line(what: str, ident: str, default: bool, extrapolated: tuple[str, ...]) -> str:
+    how = " (the default for this GPU's vendor; name another with --stack/--engine)" if default else ""
+    band = (f"; no calibration rows for {' and '.join(extrapolated)}: borrowed values, wider band"
+            if extrapolated else "; calibrated")
+    return f"{what}: {ident}{how}{band}"
 
 
 def _resolve(catalog: Catalog, model_ref: str, gpu_id: str, server_id: str | None):
@@ -293,39 +327,6 @@ def _pick(catalog: Catalog, kind: str, wanted: str | None, allowed: list[str], w
     return wanted
 
 
-@main.command("validate")
-@click.option("--data", "data_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="A CSV of published runs with the serving or training columns "
-                   "(default: both files in calibration/).")
-@click.option("--format", "fmt", type=click.Choice(["text", "csv", "json"]), default="text", show_default=True)
-@catalog_option
-@handle_errors
-def validate_cmd(data_file: Path | None, fmt: str, catalog_dir: Path | None) -> None:
-    """Predicted versus measured for every published run the model can express.
-
-    Serving rows compare output tokens/s (and TTFT/TPOT where given); training rows compare MFU
-    or TFLOP/s per GPU by the row's own FLOP convention. Rows the model cannot express are
-    listed with the reason; median and 90th-percentile absolute errors close each report.
-
-    \b
-    Example:
-      gpuopt validate --format csv > errors.csv
-    """
-    from optimizer.calibrate import default_data_dir, render, validate_serving
-    from optimizer.calibrate_train import TRAINING_COLUMNS, validate_training
-
-    cat = load_catalog(catalog_dir)
-    data = default_data_dir()
-    files = [data_file] if data_file else [data / "serving_runs.csv", data / "training_runs.csv"]
-    for path in files:
-        header = path.open(encoding="utf-8").readline() if path.exists() else ""
-        if "achieved_tflops_per_gpu" in header or all(c in header for c in TRAINING_COLUMNS[:5]):
-            report = validate_training(path, cat, data / "aliases.yaml")
-        else:
-            report = validate_serving(path, cat)
-        click.echo(render(report, fmt), nl=False)
-
-
 @main.command("gpu-hours")
 @click.option("--data", "data_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="CSV of published runs (default: calibration/gpu_hours.csv).")
@@ -336,51 +337,11 @@ def gpu_hours_cmd(data_file: Path | None, catalog_dir: Path | None) -> None:
 
     gpuopt plans the fastest run on at most the row's GPUs and converts its time to GPU-hours.
     """
-    from optimizer.calibrate import default_data_dir
+    from optimizer.calibration.data import default_data_dir
     from optimizer.gpu_hours import gpu_hours, render
 
     cat = load_catalog(catalog_dir)
     click.echo(render(gpu_hours(data_file or default_data_dir() / "gpu_hours.csv", cat)), nl=False)
-
-
-@main.command("fit")
-@catalog_option
-@handle_errors
-def fit_cmd(catalog_dir: Path | None) -> None:
-    """Refit the efficiency factors from calibration/ (deterministic grid searches).
-
-    Training first (GPU GEMM efficiency, element-wise traffic, attention kernels, DP overlap), then
-    serving on that result (weight and KV streaming, decode GEMMs, PCIe all-reduce, Hopper FP8).
-    Prints the values to put in catalogs/.
-    """
-    from optimizer.calibrate import FIT_GRID, PCIE_LINKS, default_data_dir, fit_serving
-    from optimizer.calibrate_train import TRAINING_GRID, apply_training, fit_training
-
-    cat = load_catalog(catalog_dir)
-    data = default_data_dir()
-    train = fit_training(data / "training_runs.csv", cat, data / "aliases.yaml")
-    click.echo(f"training: searched {', '.join(f'{k} {list(v)}' for k, v in TRAINING_GRID.items())}")
-    click.echo(f"  best on {train.rows} rows: median |error| {train.median:.1%}, 90th percentile {train.p90:.1%}")
-    t = train.params
-    click.echo(f"  catalogs/gpus.yaml: a100-sxm-80gb bf16 {t['a100_gemm']:g}, h100-sxm bf16 {t['h100_gemm']:g}")
-    click.echo(f"  catalogs/efficiency.yaml: elementwise_bytes {t['elementwise_bytes']:g}, "
-               f"attention_kernel_efficiency {t['attention_kernel']:g}, dp_overlap {t['dp_overlap']:g}")
-    serving = fit_serving(data / "serving_runs.csv", apply_training(cat, t))
-    click.echo(f"serving: searched {', '.join(f'{k} {list(v)}' for k, v in FIT_GRID.items())}")
-    click.echo(f"  best on {serving.rows} rows: median |error| {serving.median:.1%}, "
-               f"90th percentile {serving.p90:.1%} (output tokens/s)")
-    p = serving.params
-    click.echo(f"  catalogs/efficiency.yaml: mem_bw_efficiency {p['mem_bw']:g}, attention_bw_efficiency "
-               f"{p['attention_bw']:g}, decode_gemm_efficiency {p['decode_gemm']:g}")
-    click.echo(f"  catalogs/gpus.yaml: h100-sxm fp8 {p['h100_fp8_gemm']:g}")
-    click.echo(f"  catalogs/network.yaml: efficiency {p['pcie_efficiency']:g} for {', '.join(PCIE_LINKS)}")
-    from optimizer.calibrate import ratio_quantiles, validate_serving
-    from optimizer.calibrate_train import validate_training
-
-    click.echo("catalogs/uncertainty.yaml (quantiles of measured / predicted with the catalog as it is):")
-    for kind, report in (("training", validate_training(data / "training_runs.csv", cat, data / "aliases.yaml")),
-                         ("serving", validate_serving(data / "serving_runs.csv", cat))):
-        click.echo(f"  {kind}: rows {report.overall()['rows']}, ratio_quantiles {ratio_quantiles(report)}")
 
 
 @main.group()
@@ -389,16 +350,20 @@ def catalog() -> None:
 
 
 KINDS = ("gpus", "servers", "fabrics", "nics", "switches", "cables", "links", "models", "offers", "regions")
+LIST_KINDS = (*KINDS, "stacks", "engines")
 
 
 @catalog.command("list")
-@click.option("--kind", type=click.Choice(KINDS), default="gpus", show_default=True)
+@click.option("--kind", type=click.Choice(LIST_KINDS), default="gpus", show_default=True)
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @catalog_option
 @handle_errors
 def catalog_list(kind: str, fmt: str, catalog_dir: Path | None) -> None:
     """List catalog entries (GPUs by default)."""
     cat = load_catalog(catalog_dir)
+    if kind in ("stacks", "engines"):
+        _list_stacks(cat, "training" if kind == "stacks" else "serving", fmt)
+        return
     table = getattr(cat, kind)
     if fmt == "json":
         click.echo(json.dumps([e.model_dump(mode="json") for e in table.values()], indent=2))
@@ -421,6 +386,26 @@ def catalog_list(kind: str, fmt: str, catalog_dir: Path | None) -> None:
             click.echo(f"{ident:<18} {getattr(e, 'name', '')}")
 
 
+def _list_stacks(cat: Catalog, kind: str, fmt: str) -> None:
+    """Training stacks or serving engines: which is the vendor default, what each borrows, and how
+    many calibration rows its efficiency parameters rest on."""
+    eff = cat.efficiency
+    table = eff.stacks if kind == "training" else eff.engines
+    support = eff.table.support.get(kind)  # type: ignore[call-overload]
+    if fmt == "json":
+        click.echo(json.dumps([{**e.model_dump(mode="json"), "calibration_rows": support.stacks.get(i, 0) if support
+                                else 0, "default_for": [v for v, s in eff.defaults[kind].items() if s == i]}
+                               for i, e in table.items()], indent=2))
+        return
+    click.echo(f"{'id':<22} {'rows':>5}  {'default for':<14} {'like':<18} name")
+    for ident, e in table.items():
+        rows = support.stacks.get(ident, 0) if support else 0
+        vendors = ", ".join(v for v, s in eff.defaults[kind].items() if s == ident)
+        click.echo(f"{ident:<22} {rows:>5}  {vendors:<14} {e.like or '':<18} {e.name}")
+    click.echo(f"(rows: published {kind} runs its parameters are fitted to; 0: it takes those of the one it is "
+               "like, or the defaults, with a wider band)")
+
+
 @catalog.command("show")
 @click.argument("ident")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
@@ -433,6 +418,10 @@ def catalog_show(ident: str, fmt: str, catalog_dir: Path | None) -> None:
         table = getattr(cat, kind)
         if ident in table:
             data = table[ident].model_dump(mode="json")
+            if kind == "gpus":
+                data["efficiency"] = cat.efficiency_status(ident)
+                data["specs"] = {k: f"{v} ({cat.spec_sources[v].date})" if v in cat.spec_sources else v
+                                 for k, v in data["specs"].items()}
             if fmt == "json":
                 click.echo(json.dumps(data, indent=2))
             else:
@@ -459,7 +448,9 @@ def catalog_validate(catalog_dir: Path | None) -> None:
         click.echo(f"GPU prices that are assumptions (get a quote): {', '.join(assumed)}")
 
 
-from optimizer.cli_tradeoffs import compare, explain, report_cmd, sweep  # noqa: E402  (the trade-off commands live in their own module)
+# the trade-off and calibration commands live in their own modules
+from optimizer.cli_calibrate import fit_cmd, validate_cmd  # noqa: E402
+from optimizer.cli_tradeoffs import compare, explain, report_cmd, sweep  # noqa: E402
 
-for command in (sweep, explain, compare, report_cmd):
+for command in (sweep, explain, compare, report_cmd, validate_cmd, fit_cmd):
     main.add_command(command)

@@ -89,7 +89,9 @@ def _train_figures(problem: Problem, catalog: Catalog, gpus: int) -> tuple[dict[
         if gpus % c.gpus_per_replica or not c.dp_min <= gpus // c.gpus_per_replica <= c.dp_max:
             continue
         plan = replace(c.plan, dp=gpus // c.gpus_per_replica * c.plan.ep)
-        result = train_step(problem.model, catalog.hardware(g.gpu, g.server, g.fabric), plan, catalog.efficiency)
+        result = train_step(problem.model, catalog.hardware(g.gpu, g.server, g.fabric), plan,
+                            catalog.train_params(g.gpu, problem.precision, problem.stack),
+                            catalog.efficiency.reserved_memory)
         need = purchase(g, gpus)
         capex, _, watts = group_costs(g, need)
         rank = (result.tokens_per_s, -capex)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from optimizer.calibrate import read_rows
+from optimizer.calibration.data import read_rows
 from optimizer.catalog import Catalog
 from optimizer.errors import ProblemError
 from optimizer.problem import Problem, Search, SolverOptions

@@ -24,7 +24,7 @@ from pydantic import (
 )
 
 from optimizer.catalog import Catalog
-from optimizer.errors import ProblemError, suggest
+from optimizer.errors import CatalogError, ProblemError, suggest
 from optimizer.perf.specs import ModelSpec
 from optimizer.procurement import (
     Owned,
@@ -127,8 +127,9 @@ class RequestClass(Strict):
 class ServeWorkload(Strict):
     kind: Literal["serve"]
     model: str | InlineModel
-    precisions: tuple[Literal["fp16", "bf16", "fp8", "int8", "int4"], ...] = ("fp16",)
+    precisions: tuple[Literal["fp16", "bf16", "fp8", "int8", "int4", "nvfp4", "mxfp4"], ...] = ("fp16",)
     kv_precision: Literal["fp16", "bf16", "fp8"] = "fp16"
+    engine: str | None = None  # catalogs/stacks.yaml serving engine; None: the default for each GPU's vendor
     classes: tuple[RequestClass, ...] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -143,7 +144,8 @@ class Workload(Strict):
     kind: Literal["train"] = "train"
     model: str | InlineModel
     tokens: Quantity
-    precision: Literal["bf16", "fp16", "fp8"] = "bf16"
+    precision: Literal["bf16", "fp16", "fp8", "fp4"] = "bf16"
+    stack: str | None = None  # catalogs/stacks.yaml training stack; None: the default for each GPU's vendor
     seq_len: int | None = Field(default=None, ge=1)
     global_batch: GlobalBatch = GlobalBatch(max_tokens="4M")
 
@@ -322,6 +324,7 @@ class Problem:
     demands: tuple[Demand, ...] = ()
     serve_precisions: tuple[str, ...] = ()
     kv_precision: str = "fp16"
+    stack: str | None = None  # training stack or serving engine (catalogs/stacks.yaml); None: vendor default
     confidence: int | None = None  # plan so targets hold with this probability (percent)
     buy_gpus: tuple[str, ...] | None = None  # GPUs that may be bought (None: all of ``gpus``)
     inventory: tuple[Owned, ...] = ()
@@ -439,7 +442,9 @@ def problem_from_data(data: dict, path: Path, catalog: Catalog) -> Problem:
     _check_ids(path, "hardware.exclude_gpus", hw.exclude_gpus, catalog.gpus)
     _check_ids(path, "hardware.exclude_servers", hw.exclude_servers, catalog.servers)
     _check_ids(path, "hardware.exclude_fabrics", hw.exclude_fabrics, catalog.fabrics)
-    allowed = hw.allow_gpus if hw.allow_gpus is not None else tuple(catalog.gpus)
+    # by default every purchasable GPU; entries kept for calibration only (purchasable: false) when listed
+    allowed = hw.allow_gpus if hw.allow_gpus is not None else tuple(g for g, gpu in catalog.gpus.items()
+                                                                     if gpu.purchasable)
     gpus = tuple(g for g in allowed if g not in hw.exclude_gpus)
     if not gpus:
         raise ProblemError(f"{path}: field 'hardware': the allow and exclude lists leave no GPU. "
@@ -480,10 +485,22 @@ def problem_from_data(data: dict, path: Path, catalog: Catalog) -> Problem:
                       for c in w.classes) if serving else (),
         serve_precisions=tuple(dict.fromkeys(w.precisions)) if serving else (),
         kv_precision=w.kv_precision if serving else "fp16",
+        stack=_stack(path, catalog, "serving" if serving else "training", w.engine if serving else w.stack),
         confidence=spec.confidence,
         oversubscription=spec.network.oversubscription,
         **extra,
     )
+
+
+def _stack(path: Path, catalog: Catalog, kind: str, ident: str | None) -> str | None:
+    """A stack or engine named by id or alias, as its id (bad names name the file and field)."""
+    if ident is None:
+        return None
+    field = "workload.stack" if kind == "training" else "workload.engine"
+    try:
+        return catalog.efficiency.stack(kind, ident).id  # type: ignore[arg-type]
+    except CatalogError as exc:
+        raise ProblemError(f"{path}: field '{field}': {exc}") from None
 
 
 def confidence_factor(problem: Problem, catalog: Catalog) -> float:

@@ -106,7 +106,9 @@ def _train_checks(problem: Problem, catalog: Catalog, table: PlanTable, c: Candi
     hw = catalog.hardware(group.gpu, group.server, group.fabric)
     if group.spans_leaves(servers):
         hw = hw.oversubscribed(group.oversubscription)
-    result = train_step(problem.model, hw, replace(c.plan, dp=dp * c.plan.ep), catalog.efficiency)
+    result = train_step(problem.model, hw, replace(c.plan, dp=dp * c.plan.ep),
+                        catalog.train_params(group.gpu, problem.precision, problem.stack),
+                        catalog.efficiency.reserved_memory)
     factor = confidence_factor(problem, catalog)
     planned = result.tokens_per_s * factor
     solver_rate = c.replica_tokens_per_s * dp
@@ -209,7 +211,8 @@ def _serve_checks(problem: Problem, catalog: Catalog, table: PlanTable,
     capacity: dict[str, float] = {}
     for r, count in replicas:
         g = table.groups[r.group]
-        res = serve(problem.model, catalog.hardware(g.gpu, g.server, None), r.plan, catalog.efficiency)
+        res = serve(problem.model, catalog.hardware(g.gpu, g.server, None), r.plan,
+                    catalog.serve_params(g.gpu, r.plan.precision, problem.stack))
         results.append(res)
         used[r.group] = used.get(r.group, 0) + r.gpus_per_replica * count
         capacity[r.demand] = capacity.get(r.demand, 0.0) + r.tokens_per_s * count

@@ -273,11 +273,11 @@ def assumptions_used(rec: Recommendation, catalog: Catalog) -> list[str]:
     for bought in rec.solution.purchases:
         g = rec.table.groups[bought.group]
         gpu, server = catalog.gpus[g.gpu], catalog.servers[g.server]
-        eff = gpu.matmul_efficiency
-        if eff.assumption:
-            shown = ", ".join(f"{p} {getattr(eff, p):.0%}" for p in ("bf16", "fp16", "fp8")
-                              if getattr(eff, p) and (precision is None or p == precision))
-            out.append(f"{gpu.id} matmul efficiency ({shown} of dense peak): {eff.source}")
+        kind = "training" if precision else "serving"
+        gaps = catalog.resolve(kind, gpu.id, precision or "bf16", rec.problem.stack).extrapolated
+        if gaps:
+            out.append(f"{gpu.id} efficiency: no {kind} calibration rows for {' and '.join(gaps)}; borrowed "
+                       "values (catalogs/efficiency.yaml), wider band")
         for what, price in ((gpu.id, gpu.price), (server.id, server.price)):
             if price.assumption:
                 out.append(f"{what} price ${price.usd:,.0f}: {price.source}")

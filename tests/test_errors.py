@@ -176,12 +176,19 @@ def test_inline_model_errors_name_the_shape_not_the_union(tmp_path):
 
 
 def test_validate_explains_rows_it_cannot_read(tmp_path):
-    from tests.test_calibration import SERVING
-
-    data = tmp_path / "runs.csv"
-    header = SERVING.read_text().splitlines()[0]
-    data.write_text(header + "\nx1,Llama-3.1-8B,8,FP8,L40S,one,1,1,e,128,128,max load,100,,,,src,n\n")
-    r = run("validate", "--data", str(data))
-    assert r.exit_code == 0
-    assert "column 'gpu_count' is not a positive whole number ('one')" in r.output
+    """A folder of one's own runs: a row with an unreadable cell is listed with the column and the value."""
+    shipped = Path(__file__).parents[1] / "calibration"
+    (tmp_path / "aliases.yaml").write_text((shipped / "aliases.yaml").read_text())
+    (tmp_path / "sources.yaml").write_text(
+        "schema_version: 1\nsources:\n  - {id: mine, title: my runs, where: lab notebook, date: '2026-11',"
+        " kind: serving, prefixes: [x], stack: vllm}\n")
+    header = (shipped / "serving_runs.csv").read_text().splitlines()[0]
+    row = "x1,Llama-3.1-8B,8,FP8,L40S,one,1,1,e,128,128,max load,100,,,,src,n"
+    (tmp_path / "serving_runs.csv").write_text(f"{header}\n{row}\n")
+    r = run("validate", "--data", str(tmp_path), "--kind", "serving", "--rows")
+    assert r.exit_code == 0, r.output
+    assert "x1 [mine]: column 'gpu_count' is not a positive whole number ('one')" in r.output
     assert "nothing to compare" in r.output and "nan" not in r.output
+    (tmp_path / "aliases.yaml").unlink()
+    r = run("validate", "--data", str(tmp_path), "--kind", "serving")
+    assert r.exit_code == 2 and "aliases.yaml" in r.output and "Traceback" not in r.output

@@ -58,8 +58,8 @@ def test_oversubscription_halves_bandwidth_between_leaves_only(catalog):
     assert hw.oversubscribed(1) is hw
     model = catalog.models["llama2-13b"].spec()
     plan = TrainPlan(tp=1, pp=2, dp=104, micro_batch=1, num_micro_batches=8, zero=1)
-    fast = train_step(model, hw, plan, catalog.efficiency)
-    slow = train_step(model, hw.oversubscribed(2), plan, catalog.efficiency)
+    fast = train_step(model, hw, plan, *catalog.train_setup(hw.device.name))
+    slow = train_step(model, hw.oversubscribed(2), plan, *catalog.train_setup(hw.device.name))
     assert slow.tokens_per_s < fast.tokens_per_s
 
 
@@ -81,21 +81,32 @@ def test_example_problem_sizes_and_prices_the_fabric(catalog):
     assert sum(r.power_w for r in rows) == pytest.approx(rec.solution.power_w)
 
 
+def _fabric(rec) -> str | None:
+    return rec.table.groups[rec.solution.candidate.group].fabric
+
+
 def test_oversubscription_moves_the_optimum(catalog, tmp_path):
-    """2:1 buys fewer switches and links per server, but the slower all-reduce between leaves
-    needs more GPUs; for this job non-blocking is cheaper, and gpuopt finds it."""
+    """On one fabric, 2:1 buys fewer spines per server but leaves less bandwidth between leaves, so
+    the same GPUs train slower; for this job that trade makes 8-rail NDR the cheapest answer,
+    while non-blocking it loses to a 4-rail HDR cluster with more GPUs. gpuopt finds both."""
     problem, cat = load_priced(PROBLEM, catalog)
     over = recommend(problem, cat)
     flat = recommend(replace(problem, oversubscription=1.0), cat)
-    o, f = over.solution.counts, flat.solution.counts
-    assert o.spine_switches / o.servers < f.spine_switches / f.servers
-    assert o.gpus > f.gpus  # bandwidth between leaves is worth GPUs
-    assert flat.solution.tco < over.solution.tco
-    assert over.solution.tco - flat.solution.tco == pytest.approx(91_880, rel=0.01)
+    assert _fabric(over) == "ib-ndr-8" and _fabric(flat) != "ib-ndr-8"
+    assert over.solution.counts.gpus < flat.solution.counts.gpus
+    assert over.solution.tco < flat.solution.tco
+    assert flat.solution.tco - over.solution.tco == pytest.approx(80_085, rel=0.01)
+    only_ndr8 = tuple(f for f in cat.fabrics if f != "ib-ndr-8")
+    pinned_over = recommend(replace(problem, exclude_fabrics=only_ndr8), cat).solution
+    pinned_flat = recommend(replace(problem, exclude_fabrics=only_ndr8, oversubscription=1.0), cat).solution
+    o, f = pinned_over.counts, pinned_flat.counts
+    assert o.gpus == f.gpus and o.spine_switches / o.servers < f.spine_switches / f.servers
+    assert pinned_over.tokens_per_s < pinned_flat.tokens_per_s  # slower all-reduce between leaves
 
 
 def test_a_cluster_on_one_switch_ignores_the_ratio(catalog):
     problem, cat = load_priced(ROOT / "problems" / "lab_budget.yaml", catalog)
+    problem = replace(problem, gpus=("rtx-6000-ada",))  # 60 GPUs in 15 servers: one leaf switch
     base = recommend(problem, cat)
     over = recommend(replace(problem, oversubscription=3.0), cat)
     assert base.solution.counts.leaf_switches == 1 and base.solution.counts.spine_switches == 0

@@ -117,7 +117,7 @@ def test_interleaved_schedule_shrinks_the_bubble_and_costs_memory(catalog):
     hw = catalog.hardware("h100-sxm", "hgx-hopper-8", "ib-ndr-8")
     plans = {v: TrainPlan(tp=8, pp=16, dp=8, micro_batch=1, num_micro_batches=16, recompute="full",
                           sequence_parallel=True, zero=1, virtual_stages=v) for v in (1, 2, 4)}
-    r = {v: train_step(m, hw, p, catalog.efficiency) for v, p in plans.items()}
+    r = {v: train_step(m, hw, p, *catalog.train_setup("h100-sxm")) for v, p in plans.items()}
     bubble = {v: dict(x.breakdown)["pp_bubble"] for v, x in r.items()}
     assert bubble[2] == pytest.approx(bubble[1] / 2, rel=0.02) and bubble[4] == pytest.approx(bubble[1] / 4, rel=0.03)
     assert r[4].tokens_per_s > r[2].tokens_per_s > r[1].tokens_per_s
@@ -187,8 +187,8 @@ def test_expert_parallel_adds_all_to_all_and_fits_mixtral(catalog):
     m = catalog.models["mixtral-8x7b"].spec()
     hw = catalog.hardware("h100-sxm", "hgx-hopper-8", "ib-ndr-8")
     plan = TrainPlan(tp=1, pp=1, dp=64, micro_batch=1, num_micro_batches=8, recompute="full", zero=1, seq_len=4096)
-    r1 = train_step(m, hw, plan, catalog.efficiency)
-    r8 = train_step(m, hw, TrainPlan(**{**plan.__dict__, "ep": 8}), catalog.efficiency)
+    r1 = train_step(m, hw, plan, *catalog.train_setup(hw.device.name))
+    r8 = train_step(m, hw, TrainPlan(**{**plan.__dict__, "ep": 8}), *catalog.train_setup(hw.device.name))
     assert not r1.fits and r8.fits
     assert dict(r8.breakdown)["ep_comm"] > 0 == dict(r1.breakdown)["ep_comm"]
     with pytest.raises(ValueError, match="expert parallelism"):
@@ -203,8 +203,8 @@ def test_context_parallel_splits_the_sequence(catalog):
     m = catalog.models["llama3.1-8b"].spec()
     hw = catalog.hardware("h100-sxm", "hgx-hopper-8", None)
     base = TrainPlan(tp=1, pp=1, dp=1, micro_batch=1, recompute="full", zero=1, seq_len=131072)
-    one = train_step(m, hw, base, catalog.efficiency)
-    eight = train_step(m, hw, TrainPlan(**{**base.__dict__, "cp": 8}), catalog.efficiency)
+    one = train_step(m, hw, base, *catalog.train_setup(hw.device.name))
+    eight = train_step(m, hw, TrainPlan(**{**base.__dict__, "cp": 8}), *catalog.train_setup(hw.device.name))
     assert eight.memory.activations == pytest.approx(one.memory.activations / 8, rel=0.01)
     assert eight.memory.optimizer == pytest.approx(one.memory.optimizer / 8)  # ZeRO-1 over DP × CP
     assert not one.fits and eight.fits
@@ -212,9 +212,9 @@ def test_context_parallel_splits_the_sequence(catalog):
     assert eight.tokens_per_s == pytest.approx(8 * one.tokens_per_s, rel=0.1)
     assert dict(eight.breakdown)["cp_comm"] == 0  # 128k tokens of attention hide the ring
     short = TrainPlan(**{**base.__dict__, "cp": 8, "seq_len": 2048})
-    assert dict(train_step(m, hw, short, catalog.efficiency).breakdown)["cp_comm"] > 0
+    assert dict(train_step(m, hw, short, *catalog.train_setup(hw.device.name)).breakdown)["cp_comm"] > 0
     with pytest.raises(ValueError, match="context parallelism"):
-        train_step(m, hw, TrainPlan(**{**base.__dict__, "cp": 3}), catalog.efficiency)
+        train_step(m, hw, TrainPlan(**{**base.__dict__, "cp": 3}), *catalog.train_setup(hw.device.name))
 
 
 def test_head_size_apart_from_hidden_and_squared_relu_mlp():

@@ -246,11 +246,14 @@ def test_price_book_and_cli_override_catalog_prices(catalog):
 def test_a_price_change_moves_the_optimum_and_is_reported():
     runner = CliRunner()
     base = runner.invoke(main, ["solve", str(PROBLEMS / "lab_quotes.yaml")])
-    dear = runner.invoke(main, ["solve", str(PROBLEMS / "lab_quotes.yaml"), "--price", "rtx-6000-ada=+40%"])
+    dear = runner.invoke(main, ["solve", str(PROBLEMS / "lab_quotes.yaml"), "--price", "l40s=+40%"])
     assert base.exit_code == dear.exit_code == 0
-    assert "Buy 60 x rtx-6000-ada" in base.output and "rtx-6000-ada" not in dear.output.split("Bill of")[0]
-    assert "l40s: $5,400.00 [2026-10-14] (override; not in this answer) reseller quote" in base.output
-    assert "(override; not in this answer) --price rtx-6000-ada=+40% (catalog $6,799.00)" in dear.output
+    assert "Buy 48 x l40s" in base.output and "l40s" not in dear.output.split("Bill of")[0]
+    assert "gpu l40s: $5,400.00 [2026-10-14] (override) reseller quote Q-2026-117" in base.output
+    assert "- h100-pcie: $21,560.00 [2026-10] (override; not in this answer) academic discount" in base.output
+    # the command line wins over the book, and applies to the catalog price
+    assert "l40s: $11,200.00 [undated] (override; not in this answer) --price l40s=+40% (catalog $8,000.00)" \
+        in dear.output
 
 
 # --- bad input -----------------------------------------------------------------------------------

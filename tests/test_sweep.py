@@ -115,7 +115,7 @@ def test_shipped_problems_sweep_monotone(catalog):
             assert costs == sorted(costs)  # more demand never cheaper
         if name == "lab_budget":
             row = next(r for r in result.rows if r.values == (500e3,))
-            assert row.gpu == "rtx-6000-ada" and row.gpus == 60 and row.capex == pytest.approx(474_690)
+            assert row.gpu == "gaudi3" and row.gpus == 16 and row.capex == pytest.approx(419_400)
 
 
 def test_price_scenarios_move_the_optimum(tmp_path, catalog):

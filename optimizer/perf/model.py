@@ -118,6 +118,32 @@ def matmul_params_per_layer(m: ModelSpec) -> int:
     return round(total / m.layers)
 
 
+def gemm_shapes(m: ModelSpec, tp: int, ep: int, rows: float) -> list[tuple[float, float]]:
+    """(forward FLOPs per token, narrowest side) of each GEMM of the average layer on one GPU, for
+    ``rows`` tokens multiplied at once.
+
+    A GEMM's efficiency falls as its narrowest side (rows of tokens, or the weight's split width)
+    shrinks below the tile sizes a GPU needs to fill its units (wave and tile quantisation, NVIDIA's
+    Matrix Multiplication Background guide): tensor parallelism thins every GEMM, and an MoE expert
+    sees only ``rows·k·ep/E`` of the tokens (its share, gathered over expert parallelism).
+    """
+    h = m.hidden
+    qkv = m.q_hidden + 2 * m.kv_hidden
+    out = [(2.0 * h * qkv / tp, min(h, qkv / tp, rows)), (2.0 * h * m.q_hidden / tp, min(h, m.q_hidden / tp, rows))]
+    mats = m.mlp_matrices
+    dense = (m.layers - m.moe_layers) / m.layers
+    if dense:
+        out.append((dense * 2.0 * mats * h * m.ffn_hidden / tp, min(h, m.ffn_hidden / tp, rows)))
+    if m.moe:
+        share = m.moe_layers / m.layers
+        expert = m.expert_ffn_hidden / tp
+        out.append((share * 2.0 * mats * h * m.expert_ffn_hidden * m.experts_active / tp,
+                    min(h, expert, rows * m.experts_active * ep / m.experts)))
+        if m.shared_experts:
+            out.append((share * 2.0 * mats * h * m.expert_ffn_hidden * m.shared_experts / tp, min(h, expert, rows)))
+    return out
+
+
 def attention_flops_per_token_layer(m: ModelSpec, seq_len: int) -> float:
     """Forward FLOPs of scores and context for one token in one layer: 2·s·heads·(qk + v dims),
     i.e. 4·s·h for standard attention (no causal saving, as Narayanan et al. count)."""

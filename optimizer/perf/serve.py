@@ -1,14 +1,20 @@
 """Serving: memory, time to first token, time per output token and throughput of one replica.
 
-A replica is ``tp × pp`` GPUs holding one copy of the weights. Decode is a roofline (Williams
-et al. 2009): each step reads the weights and every sequence's KV cache from memory and does
-``2·N`` FLOPs per token plus attention, so it is memory-bound below a batch of about
-``FLOP/s ÷ bytes/s`` and compute-bound above it (seed 003_822282aa4321783a). Tensor parallelism
-adds two all-reduces of ``b·h`` values per layer per step (Megatron's row/column split); the
-fixed latency of those transfers is what separates NVLink from PCIe without peer-to-peer.
-Pipeline parallelism splits layers into stages that a token crosses one after another.
-Continuous batching (Yu et al. 2022, Orca) keeps ``b`` sequences in flight; each finished
-sequence is replaced by a new one whose prompt is prefilled, compute-bound, between decode steps.
+A replica is ``tp × pp`` GPUs holding one copy of the weights. As for training, ``serve_terms``
+counts the work at unit efficiency and ``serve_time`` turns it into seconds with an engine's
+efficiency parameters (``ServeParams``), in arithmetic that also runs over arrays of rows.
+
+Decode is a roofline per kernel (Williams et al. 2009): each step reads the weights (for an MoE
+model, the experts the batch touches) and every sequence's KV cache, and does ``2·N`` FLOPs per
+token plus attention, so it is memory-bound below a batch of about ``FLOP/s ÷ bytes/s`` and
+compute-bound above it (seed 003_822282aa4321783a). Tensor parallelism adds two all-reduces of
+``b·h`` values per layer per step (Megatron's row/column split): at small batch their fixed
+latency, not their bytes, is what keeps a small model from scaling with TP. An engine also spends
+time outside the kernels on every step (launches, scheduling, sampling: milliseconds for some
+engines and releases) and per sequence in the batch. Pipeline parallelism splits layers into
+stages that a token crosses one after another. Continuous batching (Yu et al. 2022, Orca) keeps
+``b`` sequences in flight and prefills each newcomer between decode steps; a static batch
+(``batching='static'``) prefills all ``b`` prompts, then decodes them together.
 """
 
 from __future__ import annotations
@@ -16,26 +22,48 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from optimizer.perf import model as shape
-from optimizer.perf.specs import Efficiency, Hardware, ModelSpec
-from optimizer.perf.train import allreduce_time, p2p_time
+import numpy as np
 
-BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
-SERVE_PRECISIONS = ("fp16", "bf16", "fp8", "int8", "int4")
+from optimizer.perf import model as shape
+from optimizer.perf.comm import collective_latency, p2p_time
+from optimizer.perf.params import Num, ServeParams
+from optimizer.perf.specs import Device, Hardware, ModelSpec
+
+# Weight formats: bytes per weight, and the tensor-core precision its GEMMs run in where the GPU
+# has it (otherwise weight-only: dequantised into 16-bit math, as Marlin/AWQ/GGUF kernels do).
+# Block-scaled formats carry their scales: NVFP4 one FP8 scale per 16 values (4.5 bits), OCP
+# MXFP4 one E8M0 scale per 32 (4.25 bits; OCP Microscaling spec v1.0), GGUF Q4_K_M about 4.85
+# bits (llama.cpp's quantize table), AWQ/GPTQ 4-bit with group-128 scales and zeros ~4.25 bits.
+FORMATS: dict[str, tuple[float, str]] = {
+    "fp16": (2.0, "fp16"), "bf16": (2.0, "bf16"), "fp8": (1.0, "fp8"), "int8": (1.0, "fp16"),
+    "int4": (0.5, "fp16"), "awq-int4": (4.25 / 8, "fp16"), "gguf-q4km": (4.85 / 8, "fp16"),
+    "nvfp4": (4.5 / 8, "fp4"), "mxfp4": (4.25 / 8, "fp4"),
+}
+BYTES = {name: nbytes for name, (nbytes, _) in FORMATS.items()}
+SERVE_PRECISIONS = tuple(FORMATS)
+KV_PRECISIONS = ("fp16", "bf16", "fp8")
 ACT_BYTES = 2.0
+PREFILL_BATCH = 8  # prompts an engine prefills together under load (chunked prefill mixes them in)
 
 
 @dataclass(frozen=True)
 class ServePlan:
-    """One replica type: its split, number formats, request shape and batch."""
+    """One replica type: its split, number formats, request shape, batch and engine traits."""
 
     tp: int = 1
     pp: int = 1
-    precision: str = "fp16"  # weights; int8/int4 are weight-only (fp16 math)
+    precision: str = "fp16"  # weight format (FORMATS)
     kv_precision: str = "fp16"
     input_len: int = 512
     output_len: int = 256
-    batch: int | None = None  # sequences in flight per replica; None: the largest that fits
+    batch: int | None = None  # sequences in flight per replica; None: the most that fit (maximum load)
+    batching: str = "continuous"  # or "static": prefill the whole batch, then decode it
+    requests: int = 0  # a burst of this many requests arriving at once (0: a steady stream)
+    variable_lengths: bool = False  # the lengths are a dataset's means (ShareGPT), not every request's
+    memory_fraction: float = 1.0  # share of the GPU's memory the engine takes (vLLM's gpu_memory_utilization)
+    kv_fraction: float = 0.9  # share of what is left after weights for the KV cache (TensorRT-LLM: 0.9)
+    max_seqs: int = 0  # the engine's cap on sequences in flight (vLLM's max_num_seqs); 0: none
+    reserved_memory: float = 2e9  # bytes per GPU: CUDA context, workspace, allocator slack
 
     @property
     def gpus(self) -> int:
@@ -59,6 +87,62 @@ class ServeResult:
     decode_breakdown: tuple[tuple[str, float], ...]
 
 
+@dataclass(frozen=True)
+class ServeTerms:
+    """A replica's work at a batch, at unit efficiency (any field may be an array)."""
+
+    batch: Num
+    input_len: Num
+    output_len: Num
+    static: Num  # 1.0 for a static batch, 0.0 for continuous batching
+    requests: Num  # requests of a burst that arrive together (0: a steady stream)
+    variable: Num  # 1.0 when request lengths vary (the lengths are means), else 0.0
+    slots: Num  # stage slots per decode step: max(micro-batches, pp)
+    layers: Num  # layers on one stage (kernel launches scale with them)
+    weight_bytes: Num  # per GPU per micro-batch step (MoE: the experts touched)
+    expert_bytes: Num  # of which the routed experts' (0 for a dense model)
+    kv_bytes: Num  # per GPU per micro-batch step
+    gemm_flops: Num  # per GPU per micro-batch step
+    expert_flops: Num  # of which the routed experts' GEMMs
+    attention_flops: Num  # per GPU per micro-batch step
+    comm_bw: Num  # s per micro-batch step: TP all-reduce bytes
+    comm_latency: Num  # s per micro-batch step: TP all-reduce fixed latency
+    send: Num  # s per micro-batch step: to the next pipeline stage
+    prefill_prompts: Num  # prompts prefilled together (the whole batch when static)
+    prefill_gemm_flops: Num  # per GPU per prompt
+    prefill_expert_flops: Num  # of which the routed experts' GEMMs
+    prefill_gemm_per_width: Num  # per GPU per prompt: Σ FLOPs / narrowest side, prompts prefilled together
+    prefill_one_gemm_per_width: Num  # the same for a prompt prefilled alone
+    prefill_attention_flops: Num  # per GPU per prompt
+    prefill_weight_bytes: Num  # per GPU per prefill pass
+    prefill_comm_bw: Num  # s per prompt
+    prefill_comm_latency: Num  # s per prefill pass
+    prefill_send: Num  # s per prompt
+    stages: Num  # pp
+    peak: Num  # dense FLOP/s of the GEMMs' math precision
+    peak_16bit: Num
+    mem_bw: Num
+
+
+@dataclass(frozen=True)
+class ServeTimes:
+    decode_step: Num
+    prefill_one: Num
+    tpot: Num
+    ttft: Num
+    output_tokens_per_s: Num
+    parts: dict
+
+
+def math_precision(dev: Device, precision: str) -> str:
+    """The tensor-core precision a weight format's GEMMs run in on this GPU."""
+    wanted = FORMATS[precision][1]
+    for candidate in (wanted, "fp8" if wanted == "fp4" else wanted, "bf16", "fp16"):
+        if dev.peak(candidate):
+            return candidate
+    raise ValueError(f"{dev.name} has no tensor cores for {precision}")
+
+
 def weight_bytes(m: ModelSpec, precision: str) -> float:
     return shape.param_count(m) * BYTES[precision]
 
@@ -71,14 +155,16 @@ def kv_bytes_per_token(m: ModelSpec, kv_precision: str = "fp16") -> float:
     return 2.0 * m.layers * m.kv_heads * m.head_dim * BYTES[kv_precision]
 
 
-def kv_bytes_per_token_per_gpu(m: ModelSpec, plan: ServePlan) -> float:
-    """TP splits the KV heads (a head is replicated when TP exceeds kv_heads; MLA's latent vector
-    is replicated on every TP rank); PP splits layers."""
+def kv_bytes_per_gpu(m: ModelSpec, plan: ServePlan, context: float) -> float:
+    """KV cache of one sequence at ``context`` tokens on one GPU. TP splits the KV heads (a head is
+    replicated when TP exceeds kv_heads; MLA's latent vector is replicated on every TP rank); PP
+    splits layers; windowed layers keep at most their window (vLLM's hybrid allocator)."""
     layers = math.ceil(m.layers / plan.pp)
     if m.mla:
-        return layers * (m.kv_lora_rank + m.qk_rope_dim) * BYTES[plan.kv_precision]
-    heads = math.ceil(m.kv_heads / plan.tp)
-    return 2.0 * layers * heads * m.head_dim * BYTES[plan.kv_precision]
+        per_layer = (m.kv_lora_rank + m.qk_rope_dim) * BYTES[plan.kv_precision]
+    else:
+        per_layer = 2.0 * math.ceil(m.kv_heads / plan.tp) * m.head_dim * BYTES[plan.kv_precision]
+    return layers * per_layer * m.attended(context)
 
 
 def decode_weight_bytes(m: ModelSpec, precision: str, batch: float) -> float:
@@ -92,135 +178,207 @@ def decode_weight_bytes(m: ModelSpec, precision: str, batch: float) -> float:
     return total - experts + experts * touched
 
 
-def _compute_rate(hw: Hardware, precision: str) -> float:
-    """Achievable FLOP/s: fp8 runs on fp8 tensor cores; int8/int4 weight-only runs fp16 math."""
-    math_precision = "fp8" if precision == "fp8" else ("bf16" if precision == "bf16" else "fp16")
-    dev = hw.device
-    peak = dev.peak(math_precision) or (dev.peak("fp16") if math_precision == "bf16" else dev.peak("bf16"))
-    if not peak:
-        raise ValueError(f"{dev.name} has no {math_precision} tensor cores")
-    return peak * dev.efficiency(math_precision)
+def active_matmul_params(m: ModelSpec) -> float:
+    """Weights a token multiplies by: every layer's active matmuls and the LM head."""
+    return shape.matmul_params_per_layer(m) * m.layers + m.vocab * m.hidden
 
 
-def serve_memory(m: ModelSpec, plan: ServePlan, batch: int, eff: Efficiency) -> dict[str, float]:
+def routed_matmul_params(m: ModelSpec) -> float:
+    """Weights a token multiplies by in the routed experts it is sent to (0 for a dense model)."""
+    if not m.moe:
+        return 0.0
+    return m.moe_layers * m.experts_active * m.mlp_matrices * m.hidden * m.expert_ffn_hidden
+
+
+def serve_memory(m: ModelSpec, plan: ServePlan, batch: int) -> dict[str, float]:
     """Bytes per GPU: weights, the KV cache of ``batch`` full-length sequences, one layer's
     prefill activations, and the reserved runtime memory."""
     context = plan.input_len + plan.output_len
     weights = weight_bytes(m, plan.precision) / plan.gpus
-    kv = batch * context * kv_bytes_per_token_per_gpu(m, plan)
-    acts = plan.input_len * (4.0 * m.hidden + 2.0 * m.ffn_hidden / plan.tp) * ACT_BYTES
-    return {"weights": weights, "kv_cache": kv, "activations": acts, "reserved": eff.reserved_memory}
+    kv = batch * kv_bytes_per_gpu(m, plan, context)
+    acts = min(plan.input_len, 8192) * (4.0 * m.hidden + 2.0 * m.ffn_hidden / plan.tp) * ACT_BYTES
+    return {"weights": weights, "kv_cache": kv, "activations": acts, "reserved": plan.reserved_memory}
 
 
-def max_batch(m: ModelSpec, hw: Hardware, plan: ServePlan, eff: Efficiency) -> int:
-    """Largest number of full-length sequences whose KV cache fits beside the weights."""
-    fixed = serve_memory(m, plan, 0, eff)
-    free = (hw.device.memory - sum(fixed.values())) * eff.kv_memory_fraction
-    per_seq = (plan.input_len + plan.output_len) * kv_bytes_per_token_per_gpu(m, plan)
-    return max(0, int(free // per_seq))
+def max_batch(m: ModelSpec, hw: Hardware, plan: ServePlan) -> int:
+    """Largest number of full-length sequences whose KV cache fits beside the weights, capped by
+    the engine's limit on sequences in flight."""
+    fixed = serve_memory(m, plan, 0)
+    free = (hw.device.memory * plan.memory_fraction - sum(fixed.values())) * plan.kv_fraction
+    per_seq = kv_bytes_per_gpu(m, plan, plan.input_len + plan.output_len)
+    fit = max(0, int(free // per_seq))
+    return min(fit, plan.max_seqs) if plan.max_seqs else fit
 
 
-def _tp_allreduce(nbytes: float, hw: Hardware, plan: ServePlan) -> float:
-    return allreduce_time(nbytes, plan.tp, hw.group_link(plan.tp)) if plan.tp > 1 else 0.0
+def _allreduce_parts(nbytes: float, hw: Hardware, plan: ServePlan) -> tuple[float, float]:
+    """(bandwidth seconds, latency seconds) of one TP all-reduce of ``nbytes``."""
+    if plan.tp <= 1:
+        return 0.0, 0.0
+    link = hw.group_link(plan.tp)
+    return 2.0 * (plan.tp - 1) / plan.tp * nbytes / link.effective_bw, collective_latency(plan.tp, link)
 
 
-def decode_step(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int,
-                eff: Efficiency) -> tuple[float, dict[str, float]]:
-    """Time for every one of ``batch`` sequences to produce one token, and its parts.
-
-    Per stage and micro-batch: the GEMMs over the weights on their roofline, then attention over
-    the KV cache on its own, + TP all-reduces (exposed part) + the send to the next stage. With
-    PP the batch splits into min(pp, batch) micro-batches that chase each other through the
-    stages, so a step takes max(micro-batches, pp) stage slots.
-    """
+def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> ServeTerms:
+    """The work of one replica at ``batch`` sequences in flight."""
+    if plan.precision not in FORMATS or plan.kv_precision not in KV_PRECISIONS:
+        raise ValueError(f"unknown precision {plan.precision!r} or KV-cache precision {plan.kv_precision!r}")
+    dev = hw.device
     layers = math.ceil(m.layers / plan.pp)
     context = plan.input_len + plan.output_len / 2.0  # mean context over a sequence's life
     micro = min(plan.pp, batch)
     mb = batch / micro
-    bw = hw.device.mem_bw * eff.mem_bw
-    rate = _compute_rate(hw, plan.precision)
-    weights_gpu = decode_weight_bytes(m, plan.precision, mb) / plan.gpus
-    kv_read = mb * context * kv_bytes_per_token_per_gpu(m, plan)
-    # the projections/MLP (a GEMM over the weights) and attention (over each sequence's KV
-    # cache) are separate kernels, each on its own roofline, run one after the other
-    gemm_flops = mb * (2.0 * shape.matmul_params_per_layer(m) * m.layers + 2.0 * m.vocab * m.hidden) / plan.gpus
-    attn_flops = mb * 4.0 * context * m.hidden * m.layers / plan.gpus
-    gemm = max(weights_gpu / bw, gemm_flops / (rate * eff.decode_gemm))
-    attention = max(kv_read / (hw.device.mem_bw * eff.attention_bw), attn_flops / rate)
-    compute = gemm_flops / rate + attn_flops / rate
-    work = gemm + attention
-    comm = layers * 2 * _tp_allreduce(mb * m.hidden * ACT_BYTES, hw, plan)
-    exposed = comm - min(eff.tp_overlap * comm, work)
-    send = p2p_time(mb * m.hidden * ACT_BYTES, hw.group_link(plan.gpus)) if plan.pp > 1 else 0.0
-    stage = work + exposed + send
-    slots = max(micro, plan.pp)
-    parts = {"weights_read": slots * weights_gpu / bw,
-             "kv_read": slots * kv_read / (hw.device.mem_bw * eff.attention_bw),
-             "compute": slots * compute, "gemm": slots * gemm, "attention": slots * attention,
-             "tp_comm": slots * exposed, "pp_send": slots * send}
-    return slots * stage, parts
-
-
-def prefill_time(m: ModelSpec, hw: Hardware, plan: ServePlan, prompts: int, eff: Efficiency) -> float:
-    """Prefill ``prompts`` prompts of ``input_len`` tokens: GEMMs at the GPU's matmul efficiency
-    and attention's causal ``2·s²·h`` per layer at the attention-kernel efficiency (as in
-    training), unless the weights take longer to read; TP all-reduces of ``s·h`` values twice
-    per layer; the stages run one after another for one prompt."""
+    ar_bw, ar_lat = _allreduce_parts(mb * m.hidden * ACT_BYTES, hw, plan)
+    attended = m.attended(context)
+    prompts = batch if plan.batching == "static" else min(batch, PREFILL_BATCH)
     s = plan.input_len
-    rate = _compute_rate(hw, plan.precision)
-    gemm = prompts * (2.0 * shape.matmul_params_per_layer(m) * m.layers * s + 2.0 * m.vocab * m.hidden)
-    attention = prompts * 2.0 * s * s * m.hidden * m.layers
-    # no element-wise term: inference engines fuse norms, activations and residual adds into
-    # their GEMM and attention kernels (TensorRT-LLM plugins); with training's unfused traffic
-    # the serving rows' p90 error rose from 24 % to 32 % (gpuopt fit)
-    compute = (gemm / rate + attention / (rate * eff.attention_kernel)) / plan.gpus
-    memory = weight_bytes(m, plan.precision) / plan.gpus / (hw.device.mem_bw * eff.mem_bw)
-    layers = math.ceil(m.layers / plan.pp)
-    comm = layers * 2 * _tp_allreduce(prompts * s * m.hidden * ACT_BYTES, hw, plan)
-    send = p2p_time(prompts * s * m.hidden * ACT_BYTES, hw.group_link(plan.gpus)) if plan.pp > 1 else 0.0
-    return plan.pp * (max(compute, memory) + comm + send) if plan.pp > 1 else max(compute, memory) + comm
+    p_bw, p_lat = _allreduce_parts(s * m.hidden * ACT_BYTES, hw, plan)
+    link = hw.group_link(plan.gpus)
+    return ServeTerms(
+        batch=float(batch), input_len=float(plan.input_len), output_len=float(plan.output_len),
+        static=1.0 if plan.batching == "static" else 0.0, requests=float(plan.requests),
+        variable=1.0 if plan.variable_lengths else 0.0,
+        slots=float(max(micro, plan.pp)), layers=float(layers),
+        weight_bytes=decode_weight_bytes(m, plan.precision, mb) / plan.gpus,
+        expert_bytes=(decode_weight_bytes(m, plan.precision, mb) - weight_bytes(m, plan.precision)
+                      + shape.expert_params(m) * BYTES[plan.precision]) / plan.gpus if m.moe else 0.0,
+        kv_bytes=mb * kv_bytes_per_gpu(m, plan, context),
+        gemm_flops=mb * 2.0 * active_matmul_params(m) / plan.gpus,
+        expert_flops=mb * 2.0 * routed_matmul_params(m) / plan.gpus,
+        attention_flops=mb * shape.attention_flops_per_token_layer(m, attended) * m.layers / plan.gpus,
+        comm_bw=layers * 2 * ar_bw, comm_latency=layers * 2 * ar_lat,
+        send=p2p_time(mb * m.hidden * ACT_BYTES, link) if plan.pp > 1 else 0.0,
+        prefill_prompts=float(prompts),
+        prefill_gemm_flops=2.0 * active_matmul_params(m) * s / plan.gpus,
+        prefill_expert_flops=2.0 * routed_matmul_params(m) * s / plan.gpus,
+        prefill_gemm_per_width=_per_width(m, plan, s, prompts * s),
+        prefill_one_gemm_per_width=_per_width(m, plan, s, s),
+        # causal attention over the prompt: a token attends to s/2 others on average (2·s²·h per layer)
+        prefill_attention_flops=s * shape.attention_flops_per_token_layer(m, m.attended(s / 2.0)) * m.layers
+        / plan.gpus,
+        prefill_weight_bytes=weight_bytes(m, plan.precision) / plan.gpus,
+        prefill_comm_bw=layers * 2 * p_bw, prefill_comm_latency=layers * 2 * p_lat,
+        prefill_send=(s * m.hidden * ACT_BYTES / link.effective_bw + link.latency) if plan.pp > 1 else 0.0,
+        stages=float(plan.pp), peak=dev.peak(math_precision(dev, plan.precision)),
+        peak_16bit=dev.peak("bf16") or dev.peak("fp16"), mem_bw=dev.mem_bw,
+    )
 
 
-def serve(m: ModelSpec, hw: Hardware, plan: ServePlan, eff: Efficiency) -> ServeResult:
-    """Predict one replica. Without ``plan.batch``: the saturated case, the largest batch that fits."""
-    if plan.precision not in BYTES or plan.kv_precision not in BYTES:
-        raise ValueError(f"unknown precision {plan.precision!r} or {plan.kv_precision!r}")
-    cap = max_batch(m, hw, plan, eff)
+def _per_width(m: ModelSpec, plan: ServePlan, tokens: float, rows: float) -> float:
+    """Σ FLOPs / narrowest side of a prompt's GEMMs on one GPU when ``rows`` tokens go through at once."""
+    layers = sum(2.0 * flops / width for flops, width in shape.gemm_shapes(m, plan.tp, 1, rows)) * m.layers
+    head = 2.0 * m.vocab * m.hidden / plan.tp / max(1.0, min(m.hidden, m.vocab / plan.tp, rows))
+    return tokens * (layers / 2.0 + head) / plan.pp
+
+
+def _prefill(t: ServeTerms, p: ServeParams, prompts: Num, per_width: Num) -> Num:
+    """Prefill ``prompts`` prompts together: GEMMs (slower when thin: ``gemm_half_width``) and causal
+    attention, unless reading the weights takes longer; TP all-reduces of ``s·h`` values twice per
+    layer; the stages one after another."""
+    gemm = (t.prefill_gemm_flops + t.prefill_expert_flops * (1.0 / p.moe_efficiency - 1.0)
+            + p.gemm_half_width * per_width)
+    compute = prompts * (gemm / (t.peak * p.gemm) + t.prefill_attention_flops / (t.peak_16bit * p.attention))
+    stage = (np.maximum(compute, t.prefill_weight_bytes / (t.mem_bw * p.mem_bw))
+             + prompts * t.prefill_comm_bw + t.prefill_comm_latency * p.allreduce_latency)
+    return t.stages * stage + prompts * t.prefill_send * (t.stages - 1.0) + p.step_overhead
+
+
+def _burst_ttft(t: ServeTerms, prefill_batch: Num, tpot: Num, step: Num) -> Num:
+    """Mean TTFT of N requests arriving at once at a replica that serves b at a time: the first b
+    are prefilled together (a request waits for half of them on average), the rest queue for a
+    slot. Under continuous batching a slot frees every request time / b, so the k-th queued request
+    waits k/b request times and the mean wait is max(0, N − b)² / (2·N·b) request times."""
+    n, b = np.maximum(t.requests, 1.0), t.batch
+    request_time = t.output_len * tpot
+    wait = np.maximum(n - b, 0.0) ** 2 / (2.0 * n * b) * request_time
+    return wait + 0.5 * np.minimum(n, b) * prefill_batch / t.prefill_prompts + step
+
+
+def _decode_step(t: ServeTerms, p: ServeParams, share: Num = 1.0) -> tuple[Num, dict]:
+    """One decode step of ``share`` of the batch the terms were counted at (the weights are read
+    whatever the batch; KV reads, FLOPs and all-reduce bytes scale with it), and its parts."""
+    bw = t.mem_bw * p.mem_bw
+    # routed experts: grouped kernels over few tokens each, slower than dense GEMMs (moe_efficiency)
+    weights = t.weight_bytes + t.expert_bytes * (1.0 / p.moe_efficiency - 1.0)
+    flops = t.gemm_flops + t.expert_flops * (1.0 / p.moe_efficiency - 1.0)
+    gemm = np.maximum(weights / bw, share * flops / (t.peak * p.decode_gemm))
+    attention = share * np.maximum(t.kv_bytes / (t.mem_bw * p.kv_bw), t.attention_flops / (t.peak_16bit * p.attention))
+    comm = share * t.comm_bw + t.comm_latency * p.allreduce_latency
+    work = gemm + attention
+    exposed = comm - np.minimum(p.tp_overlap * comm, work)
+    overhead = p.step_overhead + share * t.batch * p.seq_overhead
+    launches = t.layers * p.layer_overhead  # per stage: kernel launches not captured in a CUDA graph
+    step = t.slots * (work + exposed + t.send + launches) + overhead
+    parts = {"weights_read": t.slots * weights / bw, "kv_read": t.slots * share * t.kv_bytes / (t.mem_bw * p.kv_bw),
+             "compute": t.slots * share * (t.gemm_flops / (t.peak * p.decode_gemm)
+                                           + t.attention_flops / (t.peak_16bit * p.attention)),
+             "gemm": t.slots * gemm, "attention": t.slots * attention, "tp_comm": t.slots * exposed,
+             "pp_send": t.slots * t.send, "launches": t.slots * launches, "overhead": overhead}
+    return step, parts
+
+
+def serve_time(t: ServeTerms, p: ServeParams) -> ServeTimes:
+    """Decode step, prefill, TPOT, TTFT and throughput. Element-wise arithmetic only.
+
+    A burst of N requests keeps min(N, b) in flight until it drains. With request lengths that
+    vary (ShareGPT), the run lasts at least as long as its longest output, ``longest_output``
+    times the mean: the mean batch over the run is then N·mean / longest, and its steps are the
+    cheaper steps of that smaller batch."""
+    step, parts = _decode_step(t, p)
+    prefill_batch = _prefill(t, p, t.prefill_prompts, t.prefill_gemm_per_width)
+    prefill_one = _prefill(t, p, 1.0, t.prefill_one_gemm_per_width)
+    per_prompt = prefill_batch / t.prefill_prompts
+    longest = t.output_len * (1.0 + t.variable * (p.longest_output - 1.0))
+    mean_batch = np.where(t.requests > 0, np.minimum(t.batch, t.requests * t.output_len / longest), t.batch)
+    share = mean_batch / t.batch
+    mean_step, _ = _decode_step(t, p, share)
+    # continuous: every output_len steps each sequence is replaced and its prompt prefilled
+    tpot_continuous = mean_step + mean_batch * per_prompt / t.output_len
+    static_total = prefill_batch + t.output_len * step
+    tpot = np.where(t.static > 0, step, tpot_continuous)
+    rate = np.where(t.static > 0, t.batch * t.output_len / static_total, mean_batch / tpot_continuous)
+    # the engine's front end (HTTP, tokenising, detokenising) handles requests one after another in
+    # its own process: it caps the request rate whatever the GPUs could do
+    rate = np.minimum(rate, t.output_len / np.maximum(p.request_overhead, 1e-9))
+    steady_ttft = prefill_one + np.where(t.batch > 1, step, 0.0)
+    ttft = np.where(t.static > 0, prefill_batch,
+                    np.where(t.requests > 0, _burst_ttft(t, prefill_batch, tpot_continuous, step), steady_ttft))
+    return ServeTimes(step, prefill_one, tpot, ttft, rate, parts)
+
+
+def serve(m: ModelSpec, hw: Hardware, plan: ServePlan, params: ServeParams) -> ServeResult:
+    """Predict one replica. Without ``plan.batch``: maximum load, the largest batch that fits."""
+    cap = max_batch(m, hw, plan)
     batch = plan.batch if plan.batch is not None else max(cap, 1)
-    memory = serve_memory(m, plan, batch, eff)
-    step, parts = decode_step(m, hw, plan, batch, eff)
-    per_prompt = prefill_time(m, hw, plan, max(1, min(batch, 8)), eff) / max(1, min(batch, 8))
-    # every output_len decode steps each of the batch's sequences is replaced and prefilled
-    tpot = step + batch * per_prompt / plan.output_len
-    out_rate = batch / tpot
-    result = ServeResult(
+    memory = serve_memory(m, plan, batch)
+    times = serve_time(serve_terms(m, hw, plan, batch), params)
+    rate = float(times.output_tokens_per_s)
+    return ServeResult(
         fits=sum(memory.values()) <= hw.device.memory and cap >= 1,
         max_batch=cap,
         batch=batch,
         memory_per_gpu=sum(memory.values()),
         memory_capacity=hw.device.memory,
         memory_breakdown=tuple(memory.items()),
-        ttft=prefill_time(m, hw, plan, 1, eff) + (step if batch > 1 else 0.0),
-        tpot=tpot,
-        decode_step=step,
-        output_tokens_per_s=out_rate,
-        total_tokens_per_s=out_rate * (plan.input_len + plan.output_len) / plan.output_len,
-        requests_per_s=out_rate / plan.output_len,
-        decode_breakdown=tuple(parts.items()),
+        ttft=float(times.ttft),
+        tpot=float(times.tpot),
+        decode_step=float(times.decode_step),
+        output_tokens_per_s=rate,
+        total_tokens_per_s=rate * (plan.input_len + plan.output_len) / plan.output_len,
+        requests_per_s=rate / plan.output_len,
+        decode_breakdown=tuple((k, float(v)) for k, v in times.parts.items()),
     )
-    return result
 
 
-def batch_at_slo(m: ModelSpec, hw: Hardware, plan: ServePlan, eff: Efficiency, tpot_limit: float | None = None,
-                 ttft_limit: float | None = None) -> int:
+def batch_at_slo(m: ModelSpec, hw: Hardware, plan: ServePlan, params: ServeParams,
+                 tpot_limit: float | None = None, ttft_limit: float | None = None) -> int:
     """Largest batch (up to what fits) whose TPOT and TTFT stay within their limits (None: no
     limit); 0 when even one sequence misses. Both grow with the batch, so bisection finds it."""
 
     def ok(batch: int) -> bool:
-        r = serve(m, hw, replace(plan, batch=batch), eff)
+        r = serve(m, hw, replace(plan, batch=batch), params)
         return (tpot_limit is None or r.tpot <= tpot_limit) and (ttft_limit is None or r.ttft <= ttft_limit)
 
-    cap = max_batch(m, hw, plan, eff)
+    cap = max_batch(m, hw, plan)
     if cap < 1 or not ok(1):
         return 0
     lo, hi = 1, cap

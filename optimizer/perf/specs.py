@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 RECOMPUTE_MODES = ("none", "selective", "full")
-PRECISIONS = ("bf16", "fp16", "fp8")
+PRECISIONS = ("bf16", "fp16", "fp8", "fp4")
 
 
 @dataclass(frozen=True)
@@ -130,14 +130,9 @@ class Device:
     memory: float  # bytes
     mem_bw: float  # bytes/s
     peak_flops: tuple[tuple[str, float], ...]  # (precision, dense FLOP/s)
-    matmul_efficiency: tuple[tuple[str, float], ...]  # (precision, fraction of peak)
 
     def peak(self, precision: str) -> float | None:
         return dict(self.peak_flops).get(precision)
-
-    def efficiency(self, precision: str) -> float:
-        eff = dict(self.matmul_efficiency)
-        return eff.get(precision) or eff.get("bf16") or eff.get("fp16") or 0.5
 
 
 @dataclass(frozen=True)
@@ -165,22 +160,6 @@ class Hardware:
 
 
 @dataclass(frozen=True)
-class Efficiency:
-    """Factors of the model that belong to no single GPU or link (catalogs/efficiency.yaml)."""
-
-    mem_bw: float = 0.8  # streaming weights and optimizer state
-    dp_overlap: float = 0.5
-    tp_overlap: float = 0.0
-    reserved_memory: float = 2e9  # bytes
-    kv_memory_fraction: float = 1.0  # share of free memory a serving engine gives the KV cache
-    decode_gemm: float = 1.0  # decode GEMMs' efficiency relative to the GPU's matmul efficiency
-    attention_bw: float = 0.8  # achieved fraction of memory bandwidth reading the KV cache
-    elementwise_bytes: float = 0.0  # training: bytes per token, per layer, per unit of hidden
-    # (norms, activations, residuals, dropout: forward and backward) moved by memory-bound kernels
-    attention_kernel: float = 1.0  # training attention kernels' efficiency relative to GEMMs
-
-
-@dataclass(frozen=True)
 class TrainPlan:
     """How one training job is laid out (axis order DP × PP × TP, as in picotron)."""
 
@@ -198,6 +177,8 @@ class TrainPlan:
     ep: int = 1  # expert parallelism: experts sharded over ep GPUs of the data-parallel group
     cp: int = 1  # context parallelism: each sequence split over cp GPUs (ring attention)
     virtual_stages: int = 1  # model chunks per GPU: interleaved 1F1B when > 1 (Narayanan et al. 2021)
+    grad_reduce_bytes: int = 4  # bytes per gradient value in the data-parallel reduction (fp32 by
+    # default in Megatron-LM and PyTorch FSDP's mixed precision; 2 where a stack reduces in bf16)
 
     @property
     def gpus(self) -> int:

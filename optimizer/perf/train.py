@@ -1,14 +1,22 @@
 """Training step time, throughput and utilisation for one configuration.
 
-One optimizer step of one data-parallel replica is ``m`` micro-batches through ``pp`` stages
-(1F1B: ``(m + pp − 1)`` micro-batch slots, bubble fraction ``(pp−1)/(m+pp−1)``, Narayanan et
-al. 2021 eq. 1; with ``v`` interleaved chunks per GPU the bubble is ``(pp−1)/v`` slots),
-then the gradient reduction over DP and the optimizer update. Per micro-batch
-and stage: compute at the GPU's achievable FLOP/s, the TP all-reduces of ``s·b·h`` values
-(two forward and two backward per layer, Shoeybi et al. 2019; two more under full recompute)
-and the stage-boundary sends of ``s·b·h`` values. Collectives are ring-based:
-``2(n−1)/n`` of the buffer crosses each link; across nodes the reduction is hierarchical
-(NVLink inside the node, the node's NICs between nodes).
+Two halves. ``train_terms`` counts the work of one optimizer step on the busiest GPU at unit
+efficiency: FLOPs by kind, bytes moved by memory-bound kernels, and the seconds each collective
+takes at its links' catalog efficiency. ``step_time`` turns those terms into seconds with the
+efficiency parameters of the GPU family and the software stack (``TrainParams``); it is plain
+arithmetic, so the calibration can evaluate it over arrays of rows.
+
+One step of one data-parallel replica is ``m`` micro-batches through ``pp`` stages: 1F1B takes
+``m + (pp − 1)/v`` micro-batch slots with ``v`` interleaved chunks per GPU (Narayanan et al. 2021,
+arXiv 2104.04473, eq. 1 and section 2.2.2). Per micro-batch and stage: compute; the TP collectives
+of ``s·b·h`` values (two forward and two backward per layer, Shoeybi et al. 2019; two more under
+full recompute), exposed unless the stack overlaps them with GEMMs (Megatron-Core's userbuffers,
+Wang et al. 2022 arXiv 2105.05720; MegaScale, Jiang et al. 2024 arXiv 2402.15627); context-parallel
+ring exchanges hidden behind the attention they feed; expert all-to-alls (GShard, Lepikhin et al.
+2020); and ``2·v`` stage-boundary sends. Then the data-parallel gradient reduction, hidden behind
+the last micro-batch's backward as far as the stack overlaps it, the optimizer update, the stack's
+fixed per-step overhead, and a slowdown that grows with the number of servers (stragglers and
+jitter: MegaScale section 4 measures MFU falling from 53 % at 256 GPUs to 41 % at 12,288).
 """
 
 from __future__ import annotations
@@ -16,12 +24,75 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from optimizer.perf import model as shape
-from optimizer.perf.memory import GRAD_BYTES, WEIGHT_BYTES, MemoryResult, training_memory
-from optimizer.perf.specs import Efficiency, Hardware, Link, ModelSpec, TrainPlan
+from optimizer.perf.comm import allreduce_time, dp_reduce_time, p2p_time, span_link
+from optimizer.perf.memory import WEIGHT_BYTES, MemoryResult, mlp_activation_width, training_memory
+from optimizer.perf.params import Num, TrainParams
+from optimizer.perf.specs import Hardware, ModelSpec, TrainPlan
 
 ACT_BYTES = 2
 OPTIMIZER_BYTES_TOUCHED = 32  # per parameter: read and write weights, grads, master, m, v
+NO_FLASH_SCORE_BYTES = 27.0  # per score per layer without FlashAttention: QKᵀ, softmax, dropout, fwd + bwd
+
+
+@dataclass(frozen=True)
+class TrainTerms:
+    """One optimizer step's work on the busiest GPU at unit efficiency (any field may be an array)."""
+
+    micro_batches: Num  # m, per data-parallel replica
+    bubble_slots: Num  # (pp − 1)/v micro-batch slots of pipeline fill and drain
+    gemm_flops: Num  # per micro-batch: matmuls over weights, recompute included, at the plan's precision
+    gemm_flops_per_width: Num  # per micro-batch: Σ FLOPs / narrowest side, for GEMMs too thin to fill the GPU
+    attention_flops: Num  # per micro-batch: scores and context, recompute included, in 16-bit
+    elementwise: Num  # per micro-batch: tokens × layers × (hidden + MLP activation width + routed copies)
+    # (× 4/3 when the forward is recomputed)
+    layer_passes: Num  # layers a micro-batch crosses on this GPU (forward and backward)
+    moe_layer_passes: Num  # of which mixture-of-experts layers
+    score_bytes: Num  # per micro-batch: attention scores through memory (no FlashAttention)
+    peak: Num  # FLOP/s, dense, at the plan's precision
+    peak_16bit: Num  # FLOP/s, dense bf16 (fp16 where the GPU has no bf16)
+    mem_bw: Num  # bytes/s
+    tp_comm: Num  # s per micro-batch
+    cp_comm: Num  # s per micro-batch (before the attention it hides behind)
+    ep_comm: Num  # s per micro-batch
+    pp_comm: Num  # s per micro-batch
+    fsdp_comm: Num  # s per micro-batch: ZeRO-3 weight all-gathers and gradient reduce-scatter
+    dp_comm: Num  # s per step: gradient reduction (and parameter all-gather under ZeRO-1/2)
+    optimizer_bytes: Num  # per step, streamed by the update
+    nodes: Num  # servers the job spans
+    tokens_per_step: Num  # whole job
+    gpus: Num
+    model_flops_per_token: Num
+    hardware_flops_per_token: Num
+
+
+@dataclass(frozen=True)
+class StepParts:
+    """Seconds per step by term (any field may be an array)."""
+
+    compute: Num
+    tp_comm: Num
+    cp_comm: Num
+    ep_comm: Num
+    pp_comm: Num
+    fsdp_comm: Num
+    pp_bubble: Num
+    layer_overhead: Num
+    dp_comm_exposed: Num
+    optimizer: Num
+    overhead: Num
+    stragglers: Num
+
+    @property
+    def total(self) -> Num:
+        return (self.compute + self.tp_comm + self.cp_comm + self.ep_comm + self.pp_comm + self.fsdp_comm
+                + self.pp_bubble + self.layer_overhead + self.dp_comm_exposed + self.optimizer + self.overhead
+                + self.stragglers)
+
+    def items(self) -> tuple[tuple[str, float], ...]:
+        return tuple((name, float(getattr(self, name))) for name in self.__dataclass_fields__)
 
 
 @dataclass(frozen=True)
@@ -44,197 +115,193 @@ class TrainResult:
         return tokens / self.tokens_per_s / 86400.0
 
 
-def collective_latency(n: int, link: Link) -> float:
-    """Fixed cost of one collective among ``n`` ranks.
-
-    The catalog's latency is that of one all-reduce among the 8 GPUs of a server (DESIGN.md:
-    ~20 µs on NVLink, ~30 µs on GeForce PCIe); a tree grows it with log2(n) beyond that.
-    """
-    return link.latency * max(1.0, math.log2(n) / 3.0)
-
-
-def allreduce_time(nbytes: float, n: int, link: Link) -> float:
-    """Ring all-reduce of ``nbytes`` among ``n`` ranks: 2(n−1)/n of it crosses each link."""
-    if n <= 1 or nbytes <= 0:
-        return 0.0
-    return 2.0 * (n - 1) / n * nbytes / link.effective_bw + collective_latency(n, link)
-
-
-def p2p_time(nbytes: float, link: Link) -> float:
-    return nbytes / link.effective_bw + link.latency
-
-
-def dp_reduce_time(nbytes: float, plan: TrainPlan, hw: Hardware) -> float:
-    """Hierarchical all-reduce over the DP group: inside the node, then between nodes.
-
-    ``k`` DP ranks share a node; after the intra-node reduce-scatter each holds 1/k of the
-    buffer, and all the node's GPUs drive its NICs at once, so each gets 1/gpus_per_node of
-    the node's network bandwidth.
-    """
-    dp = plan.grad_ranks
-    if dp <= 1:
-        return 0.0
-    model_parallel = plan.tp * plan.pp
-    k = max(1, min(dp, hw.gpus_per_node // model_parallel))
-    nodes = math.ceil(dp / k)
-    intra = allreduce_time(nbytes, k, hw.group_link(k * model_parallel)) if k > 1 else 0.0
-    if nodes <= 1:
-        return intra
-    if hw.network is None:
-        raise ValueError("a multi-node plan needs a network")
-    share = min(hw.gpus_per_node, model_parallel * k)
-    per_gpu = Link(hw.network.name, hw.network.bw_one_way / share, hw.network.efficiency, hw.network.latency)
-    return intra + allreduce_time(nbytes / k, nodes, per_gpu)
-
-
-def span_link(size: int, hw: Hardware) -> Link:
-    """The link a group of ``size`` GPUs talks over: the node's link when the group fits in a
-    node, else each GPU's share of the node's network."""
-    if size <= hw.gpus_per_node or hw.network is None:
-        return hw.group_link(size)
-    return Link(hw.network.name, hw.network.bw_one_way / hw.gpus_per_node, hw.network.efficiency,
-                hw.network.latency)
-
-
 def params_per_gpu(m: ModelSpec, plan: TrainPlan) -> float:
     """Parameters on one GPU before ZeRO: TP × PP split everything, EP also the routed experts."""
     experts_elsewhere = shape.expert_params(m) * (1.0 - 1.0 / plan.ep) if m.moe else 0.0
     return (shape.param_count(m) - experts_elsewhere) / (plan.tp * plan.pp)
 
 
-def optimizer_time(m: ModelSpec, plan: TrainPlan, hw: Hardware, eff: Efficiency) -> float:
-    """The Adam update is memory-bound: it streams weights, gradients, master weights and both
-    moments (~32 bytes per parameter); ZeRO ≥ 1 leaves each GPU 1/dp of the parameters."""
-    opt_params = params_per_gpu(m, plan) / (plan.grad_ranks if plan.zero >= 1 else 1)
-    return opt_params * OPTIMIZER_BYTES_TOUCHED / (hw.device.mem_bw * eff.mem_bw)
+def optimizer_bytes(m: ModelSpec, plan: TrainPlan) -> float:
+    """The Adam update streams weights, gradients, master weights and both moments (~32 bytes per
+    parameter); ZeRO ≥ 1 leaves each GPU 1/dp of the parameters."""
+    return params_per_gpu(m, plan) / (plan.grad_ranks if plan.zero >= 1 else 1) * OPTIMIZER_BYTES_TOUCHED
 
 
-def compute_time(m: ModelSpec, hw: Hardware, plan: TrainPlan, eff: Efficiency) -> float:
-    """Seconds of GPU work per token on one GPU of a stage (forward + backward + recompute).
+def _flops_per_token(m: ModelSpec, plan: TrainPlan, tokens_mb: float) -> tuple[float, float, float, float]:
+    """(GEMM FLOPs, GEMM FLOPs per unit of narrowest side, attention FLOPs, element-wise units) per
+    token on one GPU of a stage.
 
-    Three kinds of kernel, each at its own speed: GEMMs over the weights at the GPU's matmul
-    efficiency; attention (12·s·h per layer, +4·s·h recomputed under selective or full
-    recompute) at ``attention_kernel`` times that; and memory-bound element-wise kernels moving
-    ``elementwise_bytes · h`` bytes per layer (a third more when the forward is recomputed).
-    Without FlashAttention the s×s scores also pass through memory: about 27 bytes per score per
-    layer (QKᵀ, softmax and dropout, forward and backward).
+    GEMMs over the weights: 6 per matmul parameter (Narayanan et al. eq. 3), the LM head included;
+    attention 12·s·h per layer (3 × the forward's 4·s·h), half of it under FlashAttention's causal
+    skipping; full recompute repeats the forward
+    (+2 per parameter, +4·s·h), selective recompute only attention's (Korthikanti et al. 2022,
+    arXiv 2205.05198, section 5). Memory-bound kernels (norms, activation functions, residuals,
+    dropout, casts, an MoE layer's token permutation) move ``elementwise_bytes`` bytes per unit of
+    width a token passes through per layer: the hidden size, the MLP's activation width, and the
+    ``k`` copies an MoE layer routes; a third more when the forward runs twice.
     """
     s = plan.seq_len or m.seq_len
-    dev = hw.device
-    rate = dev.peak(plan.precision) * dev.efficiency(plan.precision)
-    bw = dev.mem_bw * eff.mem_bw
     layers = m.layers
-    gemm = 6.0 * shape.matmul_params_per_layer(m) * layers + 6.0 * m.vocab * m.hidden
-    attention = 12.0 * s * m.hidden * layers
-    elementwise = eff.elementwise_bytes * m.hidden * layers
+    passes = 3.0 + (1.0 if plan.recompute == "full" else 0.0)  # forward, backward (2), recomputed forward
+    gemm, per_width = 0.0, 0.0
+    for flops, width in shape.gemm_shapes(m, plan.tp, plan.ep, tokens_mb):
+        gemm += passes * flops * layers
+        per_width += passes * flops * layers / max(width, 1.0)
+    head = 6.0 * m.vocab * m.hidden / plan.tp
+    gemm += head
+    per_width += head / max(1.0, min(m.hidden, m.vocab / plan.tp, tokens_mb))
+    # executed attention: FlashAttention skips the masked half of a causal score matrix (and windowed
+    # layers attend to at most their window); unfused kernels compute every score (Dao 2023, sec. 3)
+    executed = shape.attention_flops_per_token_layer(m, m.attended(s / 2.0 if plan.flash_attention else s))
+    attention = 3.0 * executed * layers
+    routed = m.experts_active * m.hidden * m.moe_layers / layers if m.moe else 0.0
+    elementwise = (m.hidden + mlp_activation_width(m) + routed) * layers
     if plan.recompute == "full":
-        gemm += 2.0 * shape.matmul_params_per_layer(m) * layers
-        attention += 4.0 * s * m.hidden * layers
+        attention += executed * layers
         elementwise *= 4.0 / 3.0
     elif plan.recompute == "selective":
-        attention += 4.0 * s * m.hidden * layers
-    scores = 0.0 if plan.flash_attention else 27.0 * m.heads * s * layers
-    gpu_share = plan.tp * plan.pp
-    return (gemm / rate + attention / (rate * eff.attention_kernel) + (elementwise + scores) / bw) / gpu_share
+        attention += executed * layers
+    return gemm / plan.pp, per_width / plan.pp, attention / (plan.tp * plan.pp), elementwise / (plan.tp * plan.pp)
 
 
-def train_step(m: ModelSpec, hw: Hardware, plan: TrainPlan, eff: Efficiency) -> TrainResult:
-    """Predict one configuration. Raises ValueError for a precision the GPU lacks."""
-    dev = hw.device
-    peak = dev.peak(plan.precision)
-    if not peak:
-        raise ValueError(f"{dev.name} has no {plan.precision} tensor cores")
+def _check(m: ModelSpec, hw: Hardware, plan: TrainPlan) -> None:
+    if not hw.device.peak(plan.precision):
+        raise ValueError(f"{hw.device.name} has no {plan.precision} tensor cores")
     if (plan.seq_len or m.seq_len) % plan.cp:
         raise ValueError(f"context parallelism {plan.cp} must divide the sequence length "
                          f"{plan.seq_len or m.seq_len}")
     if plan.ep > 1 and (not m.moe or plan.dp % plan.ep or plan.ep > m.experts):
         raise ValueError(f"expert parallelism {plan.ep} needs an MoE model with at least {plan.ep} experts "
                          f"and a data-parallel degree divisible by it (dp {plan.dp})")
-    s = plan.seq_len or m.seq_len
-    tp, pp, b, mb = plan.tp, plan.pp, plan.micro_batch, plan.num_micro_batches
+
+
+def _micro_batch_comm(m: ModelSpec, hw: Hardware, plan: TrainPlan, tokens_mb: float) -> dict[str, float]:
+    """Seconds per micro-batch of each model-parallel collective, at the links' catalog efficiency."""
+    tp, pp = plan.tp, plan.pp
     layers = math.ceil(m.layers / pp)
-
-    memory = training_memory(m, plan, eff.reserved_memory)
-
-    hw_flops_token = shape.hardware_flops_per_token(m, plan.recompute, s)
-    model_flops_token = shape.model_flops_per_token(m, s)
-    tokens_mb = b * s / plan.cp  # tokens of a micro-batch on one GPU (CP splits the sequence)
-    compute_mb = compute_time(m, hw, plan, eff) * tokens_mb
-
-    tp_mb = 0.0
+    out = {"tp": 0.0, "cp": 0.0, "ep": 0.0, "pp": 0.0}
     if tp > 1:
-        n_allreduce = 4 + (2 if plan.recompute == "full" else 0)
+        n_collectives = 4 + (2 if plan.recompute == "full" else 0)
         buf = tokens_mb * m.hidden * ACT_BYTES
-        tp_mb = layers * n_allreduce * allreduce_time(buf, tp, hw.group_link(tp)) * (1.0 - eff.tp_overlap)
-
-    cp_mb = 0.0
-    if plan.cp > 1:  # ring attention: K and V of the other cp − 1 chunks, forward; K, V, dK, dV back
+        out["tp"] = layers * n_collectives * allreduce_time(buf, tp, span_link(tp, hw))
+    if plan.cp > 1:  # ring attention: K and V of the other cp − 1 chunks forward; K, V, dK, dV backward
         kv = tokens_mb * 2 * m.kv_hidden * ACT_BYTES / tp
         link = span_link(tp * plan.cp, hw)
-        ring = 3 * (plan.cp - 1) * (kv / link.effective_bw + link.latency)
-        attention = (3 * shape.attention_flops_per_token_layer(m, s) * tokens_mb / (tp * pp)
-                     / (dev.peak(plan.precision) * dev.efficiency(plan.precision) * eff.attention_kernel))
-        cp_mb = layers * max(0.0, ring - attention)  # the exchange hides behind the attention it feeds
-
-    ep_mb = 0.0
-    if m.moe and plan.ep > 1:  # dispatch and combine, forward and backward (GShard, Lepikhin et al. 2020)
+        out["cp"] = layers * 3 * (plan.cp - 1) * (kv / link.effective_bw + link.latency)
+    if m.moe and plan.ep > 1:  # dispatch and combine, forward and backward
         buf = tokens_mb * m.experts_active * m.hidden * ACT_BYTES / tp
         link = span_link(plan.ep * plan.tp, hw)
         a2a = buf * (plan.ep - 1) / plan.ep / link.effective_bw + link.latency
-        ep_mb = math.ceil(m.moe_layers / pp) * 4 * a2a
-
-    v = plan.virtual_stages
-    pp_mb = 0.0
+        out["ep"] = math.ceil(m.moe_layers / pp) * 4 * a2a
     if pp > 1:  # a micro-batch crosses v·pp stage boundaries, forward and backward
         buf = tokens_mb * m.hidden * ACT_BYTES / (tp if plan.sequence_parallel else 1)
-        pp_mb = 2.0 * v * p2p_time(buf, span_link(plan.replica_gpus, hw))
+        out["pp"] = 2.0 * plan.virtual_stages * p2p_time(buf, span_link(plan.replica_gpus, hw))
+    return out
 
-    # 1F1B: m + (pp − 1) micro-batch slots; interleaving v chunks shrinks the bubble v-fold
-    slots = mb + (pp - 1) / v
-    per_mb = compute_mb + tp_mb + cp_mb + ep_mb + pp_mb
-    compute = mb * compute_mb
-    bubble = (pp - 1) / v * per_mb
 
-    params_gpu = params_per_gpu(m, plan)
-    grad_bytes = params_gpu * GRAD_BYTES
-    dp_time = dp_reduce_time(grad_bytes, plan, hw)
-    if plan.zero >= 3 and plan.grad_ranks > 1:
-        # weights are all-gathered for the forward and again for the backward of every
-        # micro-batch (FSDP/ZeRO-3); each all-gather moves half an all-reduce's bytes
-        gather = dp_reduce_time(params_gpu * WEIGHT_BYTES, plan, hw) / 2.0
-        dp_time += 2.0 * mb * gather
-    backward = compute * 2.0 / 3.0
-    hidden = min(eff.dp_overlap * dp_time, backward)
-    dp_exposed = dp_time - hidden
+def _data_parallel_comm(m: ModelSpec, hw: Hardware, plan: TrainPlan) -> tuple[float, float]:
+    """(seconds per step, seconds per micro-batch) of data-parallel traffic.
 
-    optimizer = optimizer_time(m, plan, hw, eff)
+    Without ZeRO the gradients (``grad_reduce_bytes`` per parameter: fp32 in Megatron and FSDP by
+    default) are all-reduced once a step. ZeRO-1/2 (Megatron's distributed optimizer) reduce-scatter
+    them and all-gather the updated 16-bit weights: each is half an all-reduce of its buffer.
+    ZeRO-3 / FSDP all-gathers the weights for every micro-batch's forward and backward and
+    reduce-scatters its gradients (Rajbhandari et al. 2020; Zhao et al. 2023, arXiv 2304.11277).
+    """
+    if plan.grad_ranks <= 1:
+        return 0.0, 0.0
+    local = params_per_gpu(m, plan)
+    grads = local * plan.grad_reduce_bytes
+    weights = local * WEIGHT_BYTES
+    if plan.zero >= 3:
+        gather = dp_reduce_time(weights, plan, hw) / 2.0
+        scatter = dp_reduce_time(grads, plan, hw) / 2.0
+        return 0.0, 2.0 * gather + scatter
+    if plan.zero >= 1:
+        return (dp_reduce_time(grads, plan, hw) + dp_reduce_time(weights, plan, hw)) / 2.0, 0.0
+    return dp_reduce_time(grads, plan, hw), 0.0
 
-    step = slots * per_mb + dp_exposed + optimizer
-    tokens_step = plan.dp * mb * b * s
-    tokens_per_s = tokens_step / step
-    gpus = plan.gpus
-    flops_gpu = model_flops_token * tokens_per_s / gpus
-    hw_flops_gpu = hw_flops_token * tokens_per_s / gpus
-    breakdown = (
-        ("compute", compute),
-        ("tp_comm", mb * tp_mb),
-        ("cp_comm", mb * cp_mb),
-        ("ep_comm", mb * ep_mb),
-        ("pp_comm", mb * pp_mb),
-        ("pp_bubble", bubble),
-        ("dp_comm_exposed", dp_exposed),
-        ("optimizer", optimizer),
+
+def train_terms(m: ModelSpec, hw: Hardware, plan: TrainPlan) -> TrainTerms:
+    """The work of one step on the busiest GPU (the first pipeline stage), at unit efficiency."""
+    _check(m, hw, plan)
+    dev = hw.device
+    s = plan.seq_len or m.seq_len
+    tokens_mb = plan.micro_batch * s / plan.cp  # tokens of a micro-batch on one GPU
+    gemm, per_width, attention, elementwise = _flops_per_token(m, plan, tokens_mb)
+    layers = math.ceil(m.layers / plan.pp)
+    scores = 0.0 if plan.flash_attention else NO_FLASH_SCORE_BYTES * m.heads * s * layers / plan.tp
+    comm = _micro_batch_comm(m, hw, plan, tokens_mb)
+    dp_step, fsdp_mb = _data_parallel_comm(m, hw, plan)
+    peak_16 = dev.peak("bf16") or dev.peak("fp16") or dev.peak(plan.precision)
+    return TrainTerms(
+        micro_batches=float(plan.num_micro_batches),
+        bubble_slots=(plan.pp - 1) / plan.virtual_stages,
+        gemm_flops=gemm * tokens_mb, gemm_flops_per_width=per_width * tokens_mb, attention_flops=attention * tokens_mb,
+        elementwise=elementwise * tokens_mb, layer_passes=float(layers),
+        moe_layer_passes=float(math.ceil(m.moe_layers / plan.pp)) if m.moe else 0.0,
+        score_bytes=scores * tokens_mb, peak=dev.peak(plan.precision), peak_16bit=peak_16, mem_bw=dev.mem_bw,
+        tp_comm=comm["tp"], cp_comm=comm["cp"], ep_comm=comm["ep"], pp_comm=comm["pp"], fsdp_comm=fsdp_mb,
+        dp_comm=dp_step, optimizer_bytes=optimizer_bytes(m, plan),
+        nodes=float(max(1, math.ceil(plan.gpus / hw.gpus_per_node))),
+        tokens_per_step=float(plan.dp * plan.num_micro_batches * plan.micro_batch * s),
+        gpus=float(plan.gpus), model_flops_per_token=shape.model_flops_per_token(m, s),
+        hardware_flops_per_token=shape.hardware_flops_per_token(m, plan.recompute, s),
     )
+
+
+def _exposed(comm: Num, hidden_share: Num, window: Num) -> Num:
+    """What a collective leaves on the critical path: at most ``hidden_share`` of it hides, and no
+    more than the compute it can run beside (``window``)."""
+    return comm - np.minimum(hidden_share * comm, window)
+
+
+def step_time(t: TrainTerms, p: TrainParams) -> StepParts:
+    """Seconds per step by term. Element-wise arithmetic only, so ``t`` and ``p`` may hold arrays."""
+    gemm = (t.gemm_flops + p.gemm_half_width * t.gemm_flops_per_width) / (t.peak * p.gemm)
+    attention = t.attention_flops / (t.peak_16bit * p.attention)
+    memory = (t.elementwise * p.elementwise_bytes + t.score_bytes) / (t.mem_bw * p.mem_bw)
+    compute_mb = gemm + attention + memory
+    launches = t.layer_passes * p.layer_overhead + t.moe_layer_passes * p.moe_layer_overhead
+    tp = t.tp_comm * (1.0 - p.tp_overlap)
+    cp = np.maximum(0.0, t.cp_comm - attention)  # the exchange hides behind the attention it feeds
+    ep = t.ep_comm * (1.0 - p.ep_overlap)
+    pp = t.pp_comm * (1.0 - p.pp_overlap)
+    fsdp = _exposed(t.fsdp_comm, p.dp_overlap, compute_mb)
+    per_mb = compute_mb + launches + tp + cp + ep + pp + fsdp
+    backward_last = compute_mb * 2.0 / 3.0
+    dp = _exposed(t.dp_comm, p.dp_overlap, backward_last)
+    optimizer = t.optimizer_bytes / (t.mem_bw * p.mem_bw)
+    base = (t.micro_batches + t.bubble_slots) * per_mb + dp + optimizer + p.step_overhead
+    m = t.micro_batches
+    return StepParts(
+        compute=m * compute_mb, layer_overhead=m * launches,
+        tp_comm=m * tp, cp_comm=m * cp, ep_comm=m * ep, pp_comm=m * pp, fsdp_comm=m * fsdp,
+        pp_bubble=t.bubble_slots * per_mb, dp_comm_exposed=dp, optimizer=optimizer, overhead=p.step_overhead,
+        stragglers=base * p.straggler * np.log2(t.nodes),
+    )
+
+
+def train_step(m: ModelSpec, hw: Hardware, plan: TrainPlan, params: TrainParams,
+               reserved_memory: float = 0.0) -> TrainResult:
+    """Predict one configuration. Raises ValueError for a precision the GPU lacks."""
+    terms = train_terms(m, hw, plan)
+    parts = step_time(terms, params)
+    step = float(parts.total)
+    memory = training_memory(m, plan, reserved_memory)
+    tokens_per_s = terms.tokens_per_step / step
+    flops_gpu = terms.model_flops_per_token * tokens_per_s / plan.gpus
+    hw_flops_gpu = terms.hardware_flops_per_token * tokens_per_s / plan.gpus
     return TrainResult(
-        fits=memory.total <= dev.memory,
+        fits=memory.total <= hw.device.memory,
         memory=memory,
-        memory_capacity=dev.memory,
+        memory_capacity=hw.device.memory,
         step_time=step,
-        tokens_per_step=tokens_step,
+        tokens_per_step=int(terms.tokens_per_step),
         tokens_per_s=tokens_per_s,
         flops_per_gpu=flops_gpu,
         hardware_flops_per_gpu=hw_flops_gpu,
-        mfu=flops_gpu / peak,
-        hfu=hw_flops_gpu / peak,
-        breakdown=breakdown,
+        mfu=flops_gpu / terms.peak,
+        hfu=hw_flops_gpu / terms.peak,
+        breakdown=parts.items(),
     )

@@ -30,9 +30,12 @@ def _power_of_two(n: int) -> bool:
 
 
 def _math_supported(gpu, precision: str) -> bool:
-    """fp8 needs fp8 tensor cores; weight-only int8/int4 and fp16 need fp16 (or bf16) ones."""
+    """fp8 needs fp8 tensor cores and NVFP4 fp4 ones (Blackwell); MXFP4, int8 and int4 weights also
+    run weight-only on 16-bit tensor cores (Marlin-style kernels), as fp16 does."""
     if precision == "fp8":
         return gpu.fp8_tflops is not None
+    if precision == "nvfp4":
+        return getattr(gpu, "fp4_tflops", None) is not None
     if precision == "bf16":
         return gpu.bf16_tflops is not None
     return gpu.fp16_tflops is not None or gpu.bf16_tflops is not None
@@ -40,7 +43,7 @@ def _math_supported(gpu, precision: str) -> bool:
 
 def enumerate_serving(problem: Problem, catalog: Catalog) -> PlanTable:
     """Every replica type that fits and meets a class's latency limits; reasons for the rest."""
-    m, eff = problem.model, catalog.efficiency
+    m = problem.model
     factor = confidence_factor(problem, catalog)  # a confident plan: rates down, latencies up
     out: list[ServeCandidate] = []
     groups = {}
@@ -62,6 +65,7 @@ def enumerate_serving(problem: Problem, catalog: Catalog) -> PlanTable:
             continue
         best_miss: dict[str, tuple[float, str]] = {}
         before = len(out)
+        traits = catalog.serve_plan_traits(gpu_id, problem.stack)
         for group in usable:
             hw = catalog.hardware(gpu_id, group.server, None)
             for tp in problem.search.tp:
@@ -71,11 +75,12 @@ def enumerate_serving(problem: Problem, catalog: Catalog) -> PlanTable:
                             and m.heads % tp == 0):
                         continue
                     for precision in precisions:
+                        eff = catalog.serve_params(gpu_id, precision, problem.stack)
                         for d in problem.demands:
                             tried += 1
                             plan = ServePlan(tp=tp, pp=pp, precision=precision, kv_precision=problem.kv_precision,
-                                             input_len=d.input_len, output_len=d.output_len)
-                            if max_batch(m, hw, plan, eff) < 1:
+                                             input_len=d.input_len, output_len=d.output_len, **traits)
+                            if max_batch(m, hw, plan) < 1:
                                 dropped["memory"] += 1
                                 need = serve(m, hw, replace(plan, batch=1), eff).memory_per_gpu / 1e9
                                 _note(best_miss, "memory", need, f"memory: needs {need:,.1f} GB per GPU for one "

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from optimizer.catalog import Catalog
 from optimizer.perf.memory import training_memory
+from optimizer.perf.params import TrainParams
 from optimizer.perf.specs import Hardware, TrainPlan
-from optimizer.perf.train import optimizer_time, train_step
+from optimizer.perf.train import train_step
 from optimizer.plans import (
     Candidate,
     Group,
@@ -86,7 +87,7 @@ def enumerate_plans(problem: Problem, catalog: Catalog) -> PlanTable:
     """Every template that fits, with drop reasons for the rest, dominated ones pruned.
 
     At a planning confidence, every rate is the model's times the calibration quantile."""
-    eff = catalog.efficiency
+    reserved = catalog.efficiency.reserved_memory
     factor = confidence_factor(problem, catalog)
     candidates: list[Candidate] = []
     groups: dict[str, Group] = {}
@@ -112,10 +113,12 @@ def enumerate_plans(problem: Problem, catalog: Catalog) -> PlanTable:
         reason_counts: Counter = Counter()
         best_memory: tuple[float, str] | None = None
         fit_cache: dict = {}
+        setup = Setup(catalog.train_params(gpu_id, problem.precision, problem.stack), reserved,
+                      catalog.train_plan_traits(gpu_id, problem.stack))
         for group in usable:
             groups[group.key] = group
             hw = catalog.hardware(gpu_id, group.server, group.fabric)
-            n, c = _group_candidates(problem, group, hw, eff, candidates, reason_counts, fit_cache, factor)
+            n, c = _group_candidates(problem, group, hw, setup, candidates, reason_counts, fit_cache, factor)
             enumerated += n
             if c is not None and (best_memory is None or c[0] < best_memory[0]):
                 best_memory = c
@@ -123,7 +126,7 @@ def enumerate_plans(problem: Problem, catalog: Catalog) -> PlanTable:
         if len(candidates) == before:
             gpu_reasons[gpu_id] = _memory_reason(gpu, best_memory, reason_counts)
     kept, pruned = prune_dominated(candidates)
-    kept = [with_memory(c, problem, eff.reserved_memory) for c in kept]
+    kept = [with_memory(c, problem, reserved) for c in kept]
     used = {c.group for c in kept}
     return PlanTable(tuple(kept), {k: v for k, v in groups.items() if k in used}, dropped,
                      gpu_reasons, enumerated, pruned)
@@ -137,7 +140,16 @@ def _memory_reason(gpu, best: tuple[float, str] | None, counts: Counter) -> str:
     return "no plan in the search grid"
 
 
-def _group_candidates(problem: Problem, group: Group, hw: Hardware, eff, out: list[Candidate],
+@dataclass(frozen=True)
+class Setup:
+    """What a GPU on the problem's stack brings to every plan: efficiency, memory reserve, traits."""
+
+    params: TrainParams
+    reserved: float
+    traits: dict
+
+
+def _group_candidates(problem: Problem, group: Group, hw: Hardware, setup: Setup, out: list[Candidate],
                       reasons: Counter, fit_cache: dict, factor: float) -> tuple[int, tuple[float, str] | None]:
     """Append the group's candidates to ``out``; return (templates tried, least memory that failed)."""
     m, search = problem.model, problem.search
@@ -163,14 +175,15 @@ def _group_candidates(problem: Problem, group: Group, hw: Hardware, eff, out: li
                         tried += 1
                         base = TrainPlan(tp=tp, pp=pp, dp=ep, micro_batch=b, num_micro_batches=pp,
                                          recompute=rc, sequence_parallel=tp > 1, zero=zero,
-                                         precision=problem.precision, seq_len=problem.seq_len, cp=cp, ep=ep)
+                                         precision=problem.precision, seq_len=problem.seq_len, cp=cp, ep=ep,
+                                         **setup.traits)
                         key = (capacity, tp, pp, cp, ep, b, rc, zero, dp_cap)
                         if key not in fit_cache:  # memory does not depend on server or fabric
-                            fit_cache[key] = _min_dp_that_fits(problem, base, capacity, eff.reserved_memory, dp_cap)
+                            fit_cache[key] = _min_dp_that_fits(problem, base, capacity, setup.reserved, dp_cap)
                         dp_fit = fit_cache[key]
                         if dp_fit is None:
                             reasons["memory"] += 1
-                            need = training_memory(m, replace(base, dp=dp_cap * ep), eff.reserved_memory).total / 1e9
+                            need = training_memory(m, replace(base, dp=dp_cap * ep), setup.reserved).total / 1e9
                             if least is None or need < least[0]:
                                 least = (need, f"TP={tp} PP={pp} CP={cp} micro-batch {b}, {rc} recompute, "
                                                  f"ZeRO-{zero}")
@@ -183,13 +196,13 @@ def _group_candidates(problem: Problem, group: Group, hw: Hardware, eff, out: li
                                 if v > 1 and (pp == 1 or pp * v > m.layers):
                                     continue  # interleaving needs PP and a layer per chunk (uneven is fine)
                                 plan = replace(base, num_micro_batches=per_stage * pp, virtual_stages=v)
-                                if v > 1 and not _fits(problem, plan, capacity, eff.reserved_memory, dp_fit):
+                                if v > 1 and not _fits(problem, plan, capacity, setup.reserved, dp_fit):
                                     continue
-                                _add_bands(problem, group, hw, eff, plan, dp_fit, out, reasons, factor)
+                                _add_bands(problem, group, hw, setup, plan, dp_fit, out, reasons, factor)
     return tried, least
 
 
-def _add_bands(problem: Problem, group: Group, hw: Hardware, eff, plan: TrainPlan, dp_fit: int,
+def _add_bands(problem: Problem, group: Group, hw: Hardware, setup: Setup, plan: TrainPlan, dp_fit: int,
                out: list[Candidate], reasons: Counter, factor: float = 1.0) -> None:
     mp = plan.unit_gpus
     span = _dp_range(problem, group, mp, plan.micro_batch * plan.num_micro_batches * plan.ep, dp_fit)
@@ -202,12 +215,14 @@ def _add_bands(problem: Problem, group: Group, hw: Hardware, eff, plan: TrainPla
         worst = replace(plan, dp=band_hi * plan.ep)
         servers = math.ceil(band_hi * mp / group.slots)
         band_hw = hw.oversubscribed(group.oversubscription) if group.spans_leaves(servers) else hw
-        result = train_step(problem.model, band_hw, worst, eff)
+        result = train_step(problem.model, band_hw, worst, setup.params, setup.reserved)
         # Communication grows with dp and the sharded optimizer step shrinks with it (∝ 1/dp under
         # ZeRO ≥ 1), so the slowest step anywhere in the band is at most step(dp_max) with
-        # dp_min's optimizer step.
-        opt = optimizer_time(problem.model, worst, band_hw, eff)
-        step = result.step_time + (opt * (band_hi / band_lo - 1.0) if plan.zero >= 1 else 0.0)
+        # dp_min's optimizer step (which the straggler allowance, ∝ log2 of the nodes, scales too).
+        opt = dict(result.breakdown)["optimizer"]
+        nodes = max(1, math.ceil(worst.gpus / band_hw.gpus_per_node))
+        straggle = 1.0 + setup.params.straggler * math.log2(nodes)
+        step = result.step_time + (opt * (band_hi / band_lo - 1.0) * straggle if plan.zero >= 1 else 0.0)
         vp = f"v{plan.virtual_stages}" if plan.virtual_stages > 1 else ""
         cp = (f"-cp{plan.cp}" if plan.cp > 1 else "") + (f"-ep{plan.ep}" if plan.ep > 1 else "")
         key = (f"{group.key}/tp{plan.tp}-pp{plan.pp}{vp}{cp}-mb{plan.micro_batch}x{plan.num_micro_batches}"

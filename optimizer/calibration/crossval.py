@@ -1,0 +1,216 @@
+"""The model against every published row: in sample, and with each source left out of the fit.
+
+``load_dataset`` turns the rows of a kind into cases (or reasons), ``fit_all`` fits the catalog's
+parameters on every row, and ``cross_validate`` refits with each source left out in turn and
+predicts that source's rows from the others (FIDELITY.md section 1). The out-of-source errors
+are the headline accuracy; the in-sample ones are only for contrast.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.sparse import lil_matrix
+
+from optimizer.calibration import fit as fitting
+from optimizer.calibration.data import Comparison, load_aliases, load_sources
+from optimizer.calibration.serving import serving_cases
+from optimizer.calibration.training import training_cases
+from optimizer.catalog import Catalog
+from optimizer.perf.params import stack_arrays
+from optimizer.perf.serve import ServeTerms, serve_time
+from optimizer.perf.train import TrainTerms, step_time
+
+TRAIN_METRICS = ("mfu", "tflops_per_gpu", "tokens_per_s_per_gpu")
+SERVE_METRICS = ("output_tokens_per_s", "total_tokens_per_s", "ttft_ms", "tpot_ms")
+LATENCY = ("ttft_ms", "tpot_ms")
+LATENCY_WEIGHT = 0.5  # a latency counts half as much as a throughput in a source's weight
+
+
+@dataclass
+class Dataset:
+    kind: str
+    cases: list
+    skipped: list[tuple[str, str, str]]  # (row, source, reason)
+    observations: list[fitting.Observation] = field(default_factory=list)
+
+    @property
+    def contexts(self) -> list[tuple[str, str, str]]:
+        return [(c.family, c.precision, c.stack) for c in self.cases]
+
+    @property
+    def sources(self) -> np.ndarray:
+        return np.array([c.source for c in self.cases])
+
+    def predictor(self):
+        """A function of (array) parameters → predicted value per metric, one per case."""
+        scale = np.array([c.scale for c in self.cases])
+        if self.kind == "training":
+            terms = stack_arrays([c.terms for c in self.cases], TrainTerms)
+
+            def predict_train(params) -> dict[str, np.ndarray]:
+                value = scale / step_time(terms, params).total
+                return dict.fromkeys(TRAIN_METRICS, value)
+            return predict_train
+        sterms = stack_arrays([c.terms for c in self.cases], ServeTerms)
+
+        def predict_serve(params) -> dict[str, np.ndarray]:
+            t = serve_time(sterms, params)
+            rate = t.output_tokens_per_s * scale
+            return {"output_tokens_per_s": rate,
+                    "total_tokens_per_s": rate * (sterms.input_len + sterms.output_len) / sterms.output_len,
+                    "ttft_ms": t.ttft * 1e3, "tpot_ms": t.tpot * 1e3}
+        return predict_serve
+
+
+def load_dataset(kind: str, catalog: Catalog, data_dir=None) -> Dataset:
+    """Every row of a kind as a case (or a reason), with one weighted observation per measured figure:
+    each source's observations share a weight of 1 (latencies count half)."""
+    aliases, sources = load_aliases(data_dir), load_sources(data_dir)
+    builder = training_cases if kind == "training" else serving_cases
+    cases, skipped = builder(catalog, aliases, sources, data_dir)
+    ds = Dataset(kind, cases, skipped)
+    raw = []
+    for i, c in enumerate(cases):
+        figures = ((c.metric, c.measured),) if kind == "training" else c.measured
+        for metric, value in figures:
+            raw.append((i, metric, value, LATENCY_WEIGHT if metric in LATENCY else 1.0))
+    totals: dict[str, float] = {}
+    for i, _, _, w in raw:
+        totals[cases[i].source] = totals.get(cases[i].source, 0.0) + w
+    ds.observations = [fitting.Observation(i, m, v, w / totals[cases[i].source]) for i, m, v, w in raw]
+    return ds
+
+
+def _prior_values(table, n: int) -> dict[str, np.ndarray]:
+    return {name: np.full(n, p.prior, dtype=float) for name, p in table.items()}
+
+
+def sensitivity(ds: Dataset, catalog: Catalog) -> dict[str, np.ndarray]:
+    """Which rows each parameter moves (at the priors): a value needs rows that depend on it."""
+    table = catalog.efficiency.table.training if ds.kind == "training" else catalog.efficiency.table.serving
+    predict = ds.predictor()
+    base_values = _prior_values(table, len(ds.cases))
+    base = predict(fitting.build_params(ds.kind, base_values))
+    out = {}
+    for name, p in table.items():
+        lo, hi = p.range
+        changed = np.zeros(len(ds.cases), dtype=bool)
+        # at either end of its range: a parameter that binds only there (a cap) still counts
+        for value in (lo, hi):
+            values = dict(base_values)
+            values[name] = np.full(len(ds.cases), value, dtype=float)
+            moved = predict(fitting.build_params(ds.kind, values))
+            for metric in base:
+                changed |= np.abs(moved[metric] / base[metric] - 1.0) > 1e-3
+        out[name] = changed
+    return out
+
+
+def _sparsity(layout: fitting.Layout, observations, groups: np.ndarray | None) -> lil_matrix:
+    """Which free values each residual depends on (lets least squares difference in groups)."""
+    n_slots = len(layout.slots)
+    n_groups = int(groups.max()) + 1 if groups is not None and len(groups) else 0
+    rows = len(observations) + n_slots + n_groups
+    jac = lil_matrix((rows, n_slots + n_groups), dtype=int)
+    for g in range(n_groups):
+        jac[len(observations) + n_slots + g, n_slots + g] = 1
+    for r, o in enumerate(observations):
+        if n_groups:
+            jac[r, n_slots + groups[r]] = 1
+        for name in layout.params:
+            jac[r, layout.hw_index[name][o.case]] = 1
+            st = layout.stack_index[name][o.case]
+            if st >= 0:
+                jac[r, st] = 1
+    for i, s in enumerate(layout.slots):
+        jac[len(observations) + i, i] = 1
+        if s.parent >= 0:
+            jac[len(observations) + i, s.parent] = 1
+    return jac
+
+
+def fit_on(ds: Dataset, catalog: Catalog, mask: np.ndarray, sens: dict[str, np.ndarray]) -> fitting.FitResult:
+    """Fit on the cases ``mask`` selects; values exist only where those cases support them."""
+    layout = fitting.Layout(ds.kind, catalog.efficiency, ds.contexts, {k: v & mask for k, v in sens.items()},
+                            list(range(len(ds.cases))))
+    observations = [o for o in ds.observations if mask[o.case]]
+    groups = None
+    if fitting.SOURCE_SHRINK > 0:
+        names = sorted({ds.cases[o.case].source for o in observations})
+        groups = np.array([names.index(ds.cases[o.case].source) for o in observations])
+    return fitting.fit(layout, observations, ds.predictor(), sparsity=_sparsity(layout, observations, groups),
+                       groups=groups)
+
+
+def predictions(ds: Dataset, result: fitting.FitResult) -> dict[str, np.ndarray]:
+    return ds.predictor()(fitting.build_params(ds.kind, result.layout.values(result.x)))
+
+
+def _comparisons(ds: Dataset, predicted: dict[str, np.ndarray], cases: np.ndarray,
+                 extrapolated: dict[int, tuple[str, ...]]) -> list[Comparison]:
+    out = []
+    for o in ds.observations:
+        if cases[o.case]:
+            c = ds.cases[o.case]
+            out.append(Comparison(c.row, c.source, c.regime, c.config, o.metric, o.measured,
+                                  float(predicted[o.metric][o.case]), extrapolated.get(o.case, ())))
+    return out
+
+
+def _gaps(ds: Dataset, mask: np.ndarray) -> dict[int, tuple[str, ...]]:
+    """For each case outside ``mask``: its GPU family and stack if no case inside has them."""
+    families = {c.family for c, m in zip(ds.cases, mask, strict=True) if m}
+    stacks = {c.stack for c, m in zip(ds.cases, mask, strict=True) if m}
+    out = {}
+    for i, c in enumerate(ds.cases):
+        if not mask[i]:
+            gaps = ([f"GPU family {c.family}"] if c.family not in families else []) + \
+                   ([f"stack {c.stack}"] if c.stack not in stacks else [])
+            out[i] = tuple(gaps)
+    return out
+
+
+@dataclass(frozen=True)
+class Validation:
+    kind: str
+    cv: str  # "source": leave-one-source-out; "none": the catalog's parameters on every row
+    in_sample: tuple[Comparison, ...]
+    out_of_source: tuple[Comparison, ...]  # with cv "none", the same comparisons as in_sample
+    skipped: tuple[tuple[str, str, str], ...]
+    fit: fitting.FitResult | None = None
+    sensitivity: dict | None = None
+
+
+def with_catalog(ds: Dataset, catalog: Catalog) -> Validation:
+    """Every expressed row predicted with the catalog's parameters as they are (no refit)."""
+    kind = "training" if ds.kind == "training" else "serving"
+    resolved = [catalog.efficiency.resolve(kind, c.family, c.precision, c.stack) for c in ds.cases]  # type: ignore[arg-type]
+    params = stack_arrays([r.params for r in resolved], fitting.params_class(ds.kind))
+    gaps = {i: r.extrapolated for i, r in enumerate(resolved)}
+    comps = tuple(_comparisons(ds, ds.predictor()(params), np.ones(len(ds.cases), dtype=bool), gaps))
+    return Validation(ds.kind, "none", comps, comps, tuple(ds.skipped))
+
+
+def fit_all(ds: Dataset, catalog: Catalog) -> fitting.FitResult:
+    return fit_on(ds, catalog, np.ones(len(ds.cases), dtype=bool), sensitivity(ds, catalog))
+
+
+def cross_validate(ds: Dataset, catalog: Catalog, progress=None) -> Validation:
+    """In-sample and leave-one-source-out comparisons for every expressed row."""
+    sens = sensitivity(ds, catalog)
+    everything = np.ones(len(ds.cases), dtype=bool)
+    full = fit_on(ds, catalog, everything, sens)
+    in_sample = _comparisons(ds, predictions(ds, full), everything, {})
+    out: list[Comparison] = []
+    sources = ds.sources
+    for k, source in enumerate(sorted(set(sources))):
+        if progress:
+            progress(k, source)
+        held = sources == source
+        result = fit_on(ds, catalog, ~held, sens)
+        out += _comparisons(ds, predictions(ds, result), held, _gaps(ds, ~held))
+    order = {c.row: i for i, c in enumerate(ds.cases)}
+    out.sort(key=lambda c: (order[c.row], c.metric))
+    return Validation(ds.kind, "source", tuple(in_sample), tuple(out), tuple(ds.skipped), full, sens)

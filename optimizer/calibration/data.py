@@ -1,0 +1,187 @@
+"""Published measurements: the CSV rows, the sources they come from, and the names they use.
+
+``calibration/*.csv`` hold the rows (every number read from the source named in the row).
+``calibration/sources.yaml`` lists each source document once: which rows are its (by id
+prefix), its software stack or serving engine, how it counts FLOPs, the facts its rows leave out
+(each with the reason), and rows the model does not try. ``calibration/aliases.yaml`` maps the
+names a source uses for models, GPUs and number formats to catalog ids. Data, not code.
+"""
+
+from __future__ import annotations
+
+import csv
+import fnmatch
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from optimizer.errors import ProblemError
+from optimizer.validation import read_yaml, validate
+
+Kind = Literal["training", "serving"]
+TRAINING_FILES = ("training_runs.csv", "training_runs_2.csv", "training_runs_3.csv")
+SERVING_FILES = ("serving_runs.csv", "serving_runs_2.csv", "serving_runs_3.csv")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Source(_Strict):
+    """One document: a paper's tables, a repository's benchmark page at a commit, one blog post."""
+
+    id: str
+    title: str
+    where: str
+    date: str
+    kind: Kind
+    prefixes: tuple[str, ...]
+    stack: str  # catalogs/stacks.yaml id (training stack or serving engine)
+    tflops: Literal["model", "hardware"] = "model"  # what achieved_tflops_per_gpu counts
+    mfu_peak: Literal["plan", "bf16"] = "plan"  # the peak MFU divides by
+    assume: dict[str, Any] = {}  # facts for cells the rows leave empty (reason in `why`)
+    rows: dict[str, dict[str, Any]] = {}  # id glob → facts from the source's text, or {exclude: reason}
+    why: str = ""  # where the assumed facts come from
+
+
+class SourcesFile(_Strict):
+    schema_version: int
+    sources: tuple[Source, ...]
+
+
+class Placement(_Strict):
+    gpu: str
+    server: str | None = None
+    fabric: str | None = None
+
+
+class Format(_Strict):
+    weights: str
+    kv: str
+
+
+class Aliases(_Strict):
+    """calibration/aliases.yaml: names the published runs use → catalog ids."""
+
+    schema_version: int
+    models: dict[str, str]  # model names → presets
+    gpus: dict[str, Placement]  # GPU names → GPU (and the server and fabric it sat in)
+    precisions: dict[str, Format]  # serving precision labels → weight and KV formats
+    training_precisions: dict[str, str] = {}  # training precision labels → bf16 | fp16 | fp8 | fp4
+    engines: dict[str, str] = {}  # regular expression on a row's engine text → engine id (first match wins)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One measured figure of one row against the model's prediction."""
+
+    row: str
+    source: str
+    regime: str
+    config: str
+    metric: str  # output_tokens_per_s | ttft_ms | tpot_ms | mfu | tflops_per_gpu | tokens_per_s_per_gpu
+    measured: float
+    predicted: float
+    extrapolated: tuple[str, ...] = ()  # GPU family or stack with no calibration rows of its own
+
+    @property
+    def error(self) -> float:
+        """Signed relative error, (predicted − measured) / measured."""
+        return (self.predicted - self.measured) / self.measured
+
+    @property
+    def log_ratio(self) -> float:
+        """log(measured / predicted): what the bands are made of."""
+        return math.log(self.measured / self.predicted)
+
+
+def percentile(values: list[float], pct: float) -> float:
+    """Linear-interpolated percentile (numpy's default method)."""
+    ordered = sorted(values)
+    if not ordered:
+        return math.nan
+    k = (len(ordered) - 1) * pct / 100.0
+    lo, hi = math.floor(k), math.ceil(k)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def default_data_dir() -> Path:
+    return Path(__file__).resolve().parent.parent.parent / "calibration"
+
+
+def load_sources(data_dir: Path | None = None) -> tuple[Source, ...]:
+    path = (data_dir or default_data_dir()) / "sources.yaml"
+    return validate(SourcesFile, read_yaml(path, ProblemError), path, ProblemError).sources
+
+
+def load_aliases(data_dir: Path | None = None) -> Aliases:
+    path = (data_dir or default_data_dir()) / "aliases.yaml"
+    return validate(Aliases, read_yaml(path, ProblemError), path, ProblemError)
+
+
+def source_of(row_id: str, sources: tuple[Source, ...]) -> Source | None:
+    """The source whose longest prefix starts the row id."""
+    best: tuple[int, Source] | None = None
+    for s in sources:
+        for prefix in s.prefixes:
+            if row_id.startswith(prefix) and (best is None or len(prefix) > best[0]):
+                best = (len(prefix), s)
+    return best[1] if best else None
+
+
+def row_facts(row_id: str, source: Source) -> dict[str, Any]:
+    """Facts the source's text gives for this row (every matching glob, in file order)."""
+    facts: dict[str, Any] = {}
+    for pattern, values in source.rows.items():
+        if fnmatch.fnmatchcase(row_id, pattern):
+            facts.update(values)
+    return facts
+
+
+def read_rows(path: Path, required: tuple[str, ...]) -> list[dict[str, str]]:
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in required if c not in (reader.fieldnames or [])]
+            if missing:
+                raise ProblemError(f"{path}: missing column(s) {', '.join(missing)}. "
+                                   f"To fix: a calibration CSV needs {', '.join(required)}.")
+            return list(reader)
+    except FileNotFoundError:
+        raise ProblemError(f"{path}: no such file. To fix: check the path.") from None
+
+
+def read_kind(kind: Kind, data_dir: Path | None = None, required: tuple[str, ...] = ("id",)) -> list[dict[str, str]]:
+    """Every row of a kind, from every file of that kind that exists."""
+    data_dir = data_dir or default_data_dir()
+    rows: list[dict[str, str]] = []
+    for name in TRAINING_FILES if kind == "training" else SERVING_FILES:
+        if (data_dir / name).exists():
+            rows += read_rows(data_dir / name, required)
+    return rows
+
+
+def malformed_count(row: dict[str, str], columns: tuple[str, ...]) -> str | None:
+    """The reason a filled-in count cell (GPUs, TP, a layer count, ...) cannot be read, if one cannot."""
+    for column in columns:
+        value = (row.get(column) or "").strip()
+        if value and not ((n := to_int(value)) is not None and n > 0):
+            return f"column '{column}' is not a positive whole number ('{value}')"
+    return None
+
+
+def to_int(value: Any) -> int | None:
+    try:
+        return int(str(value).replace(",", "").strip())
+    except (TypeError, ValueError):
+        return None
+
+
+def to_float(value: Any) -> float | None:
+    try:
+        return float(str(value).replace(",", "").strip()) if value not in ("", None) else None
+    except ValueError:
+        return None

@@ -1,0 +1,255 @@
+"""Fit the efficiency parameters to published runs, and test them on sources left out.
+
+The model (``optimizer.perf``) is evaluated for every row at once: each row's work at unit
+efficiency (``train_terms`` / ``serve_terms``) is computed once, and the parameters of every row
+are gathered from one vector. Each parameter has a default, and a value of its own for a GPU
+family (or family and precision) or a stack where at least ``MIN_ROWS`` rows depend on it; a value
+with fewer rows behind it is not created, so no parameter is a lookup of one row. The objective:
+
+    Σ_sources Σ_rows∈source  w · ρ(log(predicted / measured))  +  λ · Σ_values ((v − parent) / width)²
+
+with each source's rows sharing a total weight of 1 (FIDELITY.md section 1), ρ the soft-L1 loss
+(a few odd rows cannot drag the fit), and each specific value shrunk toward its parent (a family's
+toward the default, a family-and-precision's toward the family's, a stack's toward the stack it is
+like, or the default): a value moves only as far as its rows insist. Solved by trust-region least
+squares within every parameter's physical range (``scipy.optimize.least_squares``); deterministic.
+
+Leave-one-source-out (``cross_validate``) refits without each source in turn and predicts that
+source: its stack and GPU family keep only the values other sources support, which is exactly the
+position of a buyer whose stack or GPU no source measured.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from optimizer.perf.params import ServeParams, TrainParams
+from optimizer.stacks import Efficiency, Parameter
+
+MIN_ROWS = 3  # rows a specific value needs behind it
+SHRINK = float(os.environ.get("GPUOPT_SHRINK", 0.1))  # λ: pull of a specific value toward its parent
+PRIOR = float(os.environ.get("GPUOPT_PRIOR", 0.02))  # pull of a default toward its documented prior
+LOSS_SCALE = 0.15  # soft-L1 knee, in log error (≈ 15 %)
+SOURCE_SHRINK = float(os.environ.get("GPUOPT_SOURCE_SHRINK", 0))  # pull of a source's level toward 0
+
+
+@dataclass(frozen=True)
+class Observation:
+    case: int  # index into the cases
+    metric: str
+    measured: float
+    weight: float
+
+
+@dataclass
+class Slot:
+    """One free value: a parameter's default, or its value for a family / stack."""
+
+    param: str
+    key: str  # "default", "hw:<family[/precision]>", "stack:<id>"
+    start: float
+    lo: float
+    hi: float
+    parent: int  # slot it shrinks toward (-1: the prior)
+    center: float  # the prior (for defaults) or 0 (for multipliers, in log space)
+    width: float
+    log: bool  # a stack multiplier: shrinks toward 1 in log space
+
+
+class Layout:
+    """Which values are free and which slot each row's parameters read."""
+
+    def __init__(self, kind: str, eff: Efficiency, contexts: list[tuple[str, str, str]],
+                 sensitive: dict[str, np.ndarray], rows_of: list[int]) -> None:
+        self.kind = kind
+        table = eff.table.training if kind == "training" else eff.table.serving
+        self.params = table
+        self.slots: list[Slot] = []
+        self.hw_index: dict[str, np.ndarray] = {}
+        self.stack_index: dict[str, np.ndarray] = {}
+        n = len(contexts)
+        for name, p in table.items():
+            lo, hi = p.range
+            width = (hi - lo) or 1.0
+            default = self._add(Slot(name, "default", _prior(p), lo, hi, -1, _prior(p), width, False))
+            hw = np.full(n, default)
+            st = np.full(n, -1)
+            uses = sensitive[name]
+            hw_keys = self._hardware_keys(eff, contexts, uses, rows_of) if "hardware" in p.by else {}
+            for key in sorted(hw_keys, key=lambda k: (k.count("/"), k)):
+                family = key.split("/")[0]
+                parent = self._find(name, f"hw:{family}") if "/" in key else default
+                slot = self._add(Slot(name, f"hw:{key}", _prior(p), lo, hi,
+                                      parent if parent >= 0 else default, 0.0, width, False))
+                for i in hw_keys[key]:
+                    hw[i] = slot
+            if "stack" in p.by:
+                st = self._stack_slots(name, p, eff, contexts, uses, rows_of, default)
+            self.hw_index[name] = hw
+            self.stack_index[name] = st
+
+    def _add(self, slot: Slot) -> int:
+        self.slots.append(slot)
+        return len(self.slots) - 1
+
+    def _find(self, param: str, key: str) -> int:
+        return next((i for i, s in enumerate(self.slots) if s.param == param and s.key == key), -1)
+
+    def _hardware_keys(self, eff: Efficiency, contexts, uses: np.ndarray, rows_of: list[int]) -> dict[str, list[int]]:
+        """family and family/precision keys with enough rows; each row mapped to its most specific."""
+        counts: dict[str, set[int]] = {}
+        for i, (family, precision, _) in enumerate(contexts):
+            if uses[i]:
+                for key in (family, f"{family}/{precision}"):
+                    counts.setdefault(key, set()).add(rows_of[i])
+        keys = {k for k, rows in counts.items() if len(rows) >= MIN_ROWS}
+        out: dict[str, list[int]] = {}
+        for i, (family, precision, _) in enumerate(contexts):
+            for fam in eff.family_chain(family):
+                key = next((k for k in (f"{fam}/{precision}", fam) if k in keys), None)
+                if key:
+                    out.setdefault(key, []).append(i)
+                    break
+        for key in keys:
+            if "/" in key and key.split("/")[0] not in keys:
+                out.setdefault(key.split("/")[0], [])  # a family/precision value needs its family's parent
+        return out
+
+    def _stack_slots(self, name: str, p: Parameter, eff: Efficiency, contexts, uses, rows_of, default: int):
+        kind = "training" if self.kind == "training" else "serving"
+        counts: dict[str, set[int]] = {}
+        for i, (_, _, stack) in enumerate(contexts):
+            if uses[i]:
+                for s in eff.chain(kind, stack):
+                    counts.setdefault(s, set()).add(rows_of[i])
+        keys = {k for k, rows in counts.items() if len(rows) >= MIN_ROWS}
+        slot_of: dict[str, int] = {}
+        for key in sorted(keys, key=lambda k: (len(eff.chain(kind, k)), k), reverse=False):
+            chain = eff.chain(kind, key)
+            parent = next((slot_of[c] for c in chain[1:] if c in slot_of), -1)
+            if p.multiply:
+                slot = Slot(name, f"stack:{key}", 1.0, 0.2, 1.5, parent, 0.0, 1.0, True)
+            else:
+                lo, hi = p.range
+                slot = Slot(name, f"stack:{key}", _prior(p), lo, hi,
+                            parent if parent >= 0 else default, 0.0, (hi - lo) or 1.0, False)
+            slot_of[key] = self._add(slot)
+        st = np.full(len(contexts), -1)
+        for i, (_, _, stack) in enumerate(contexts):
+            st[i] = next((slot_of[s] for s in eff.chain(kind, stack) if s in slot_of), -1)
+        return st
+
+    def start(self) -> np.ndarray:
+        return np.array([min(max(s.start, s.lo), s.hi) for s in self.slots])
+
+    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.array([s.lo for s in self.slots]), np.array([s.hi for s in self.slots])
+
+    def values(self, x: np.ndarray) -> dict[str, np.ndarray]:
+        """Every row's value of every parameter."""
+        out = {}
+        for name, p in self.params.items():
+            value = x[self.hw_index[name]]
+            st = self.stack_index[name]
+            has = st >= 0
+            if has.any():
+                stack_value = x[np.where(has, st, 0)]
+                value = np.where(has, value * stack_value if p.multiply else stack_value, value)
+            lo, hi = p.range
+            out[name] = np.clip(value, lo, hi)
+        return out
+
+    def penalties(self, x: np.ndarray) -> np.ndarray:
+        res = []
+        for i, s in enumerate(self.slots):
+            if s.log:
+                center = math.log(x[s.parent]) if s.parent >= 0 else 0.0
+                res.append(math.sqrt(SHRINK) * (math.log(max(x[i], 1e-9)) - center))
+            elif s.parent < 0:
+                res.append(math.sqrt(PRIOR) * (x[i] - s.center) / s.width)
+            else:
+                res.append(math.sqrt(SHRINK) * (x[i] - x[s.parent]) / s.width)
+        return np.array(res)
+
+
+def _prior(p: Parameter) -> float:
+    return p.prior
+
+
+@dataclass(frozen=True)
+class FitResult:
+    layout: Layout
+    x: np.ndarray
+    cost: float
+
+    def table(self) -> dict[str, dict[str, Any]]:
+        """Fitted values by parameter: default, hardware keys, stack keys (rounded for the catalog)."""
+        out: dict[str, dict[str, Any]] = {}
+        for s, v in zip(self.layout.slots, self.x, strict=True):
+            entry = out.setdefault(s.param, {"default": None, "hardware": {}, "stacks": {}})
+            value = float(round(v, 4 if abs(v) < 10 else 1))
+            if s.key == "default":
+                entry["default"] = value
+            elif s.key.startswith("hw:"):
+                entry["hardware"][s.key[3:]] = value
+            else:
+                entry["stacks"][s.key[6:]] = value
+        return out
+
+
+def robust(r: np.ndarray) -> np.ndarray:
+    """Soft-L1 on log errors as a residual: squares to ``2c²(√(1 + (r/c)²) − 1)``, quadratic below
+    the knee ``c`` and linear above it, so a few odd rows cannot drag the fit (penalties stay
+    quadratic)."""
+    c = LOSS_SCALE
+    return np.sign(r) * c * np.sqrt(2.0 * (np.sqrt(1.0 + (r / c) ** 2) - 1.0))
+
+
+def params_class(kind: str):
+    return TrainParams if kind == "training" else ServeParams
+
+
+def build_params(kind: str, values: dict[str, np.ndarray]):
+    cls = params_class(kind)
+    return cls(**{f.name: values[f.name] for f in fields(cls)})
+
+
+def fit(layout: Layout, observations: list[Observation], predict, x0: np.ndarray | None = None,
+        max_nfev: int = 60, sparsity=None, groups: np.ndarray | None = None) -> FitResult:
+    """Least squares over the layout's free values (see the module docstring).
+
+    ``groups`` (one source index per observation) adds a level for each source: a nuisance
+    log-offset on its throughputs, shrunk toward 0 and never used to predict. It soaks up what one
+    benchmark harness does to all of its rows (a client, a tuning, a clock), so that the shared
+    parameters follow what varies within sources, as random effects do."""
+    case_idx = np.array([o.case for o in observations])
+    n_slots = len(layout.slots)
+    n_groups = int(groups.max()) + 1 if groups is not None and len(groups) else 0
+    rate = np.array([o.metric not in ("ttft_ms", "tpot_ms") for o in observations])
+    measured = np.log(np.array([o.measured for o in observations]))
+    weights = np.sqrt(np.array([o.weight for o in observations]))
+    metrics = [o.metric for o in observations]
+    by_metric = {m: np.array([i for i, mm in enumerate(metrics) if mm == m]) for m in sorted(set(metrics))}
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        predicted = predict(build_params(layout.kind, layout.values(x[:n_slots])))
+        logp = np.empty(len(observations))
+        for m, idx in by_metric.items():
+            logp[idx] = np.log(np.maximum(predicted[m][case_idx[idx]], 1e-30))
+        if n_groups:
+            logp = logp + np.where(rate, x[n_slots:][groups], 0.0)
+        extra = math.sqrt(SOURCE_SHRINK) * x[n_slots:]
+        return np.concatenate([weights * robust(logp - measured), layout.penalties(x[:n_slots]), extra])
+
+    lo, hi = layout.bounds()
+    lo, hi = np.concatenate([lo, np.full(n_groups, -2.0)]), np.concatenate([hi, np.full(n_groups, 2.0)])
+    start = np.concatenate([layout.start() if x0 is None else x0, np.zeros(n_groups)])
+    result = least_squares(residuals, start, bounds=(lo, hi), x_scale="jac", max_nfev=max_nfev, method="trf",
+                           jac_sparsity=sparsity)
+    return FitResult(layout, result.x[:n_slots], float(result.cost))

@@ -1,0 +1,143 @@
+"""Tables of the model against published runs: text, CSV and JSON of a ``Validation``."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from typing import Any
+
+from optimizer.calibration.bands import THROUGHPUT, coverage, group_of
+from optimizer.calibration.crossval import Validation
+from optimizer.calibration.data import Comparison, percentile
+
+LATENCY = ("ttft_ms", "tpot_ms")
+
+
+def _errors(comparisons: list[Comparison]) -> dict[str, float]:
+    errs = [abs(c.error) for c in comparisons]
+    if not errs:
+        return {"rows": 0, "median": float("nan"), "p90": float("nan")}
+    return {"rows": len(errs), "median": statistics.median(errs), "p90": percentile(errs, 90)}
+
+
+def _groups(v: Validation) -> list[tuple[str, str, list[Comparison], list[Comparison]]]:
+    """(section, label, out-of-source, in-sample) for every line of the summary."""
+    oos, ins = list(v.out_of_source), list(v.in_sample)
+    lines = [("", "all (throughput)", [c for c in oos if c.metric in THROUGHPUT],
+              [c for c in ins if c.metric in THROUGHPUT])]
+    for metric in LATENCY:
+        o = [c for c in oos if c.metric == metric]
+        if o:
+            lines.append(("", metric.replace("_ms", "").upper(), o, [c for c in ins if c.metric == metric]))
+    for key, section in ((lambda c: c.regime, "by regime"), (group_of, "by calibration"),
+                         (lambda c: c.source, "by source")):
+        by_o: dict[str, list[Comparison]] = defaultdict(list)
+        by_i: dict[str, list[Comparison]] = defaultdict(list)
+        for c in oos:
+            if c.metric in THROUGHPUT:
+                by_o[key(c)].append(c)
+        for c in ins:
+            if c.metric in THROUGHPUT:
+                by_i[key(c)].append(c)
+        for label in sorted(by_o):
+            lines.append((section, label, by_o[label], by_i[label]))
+    return lines
+
+
+def summary(v: Validation) -> dict[str, Any]:
+    """The figures the text and JSON show: per line, sources, rows, out-of-source and in-sample
+    median and p90 |error|, and the 90 % band's coverage where it applies."""
+    cov = coverage(list(v.out_of_source))
+    out: dict[str, Any] = {"kind": v.kind, "expressed_rows": len({c.row for c in v.out_of_source}),
+                           "skipped_rows": len(v.skipped), "coverage_90": cov.get("all"), "lines": []}
+    for section, label, oos, ins in _groups(v):
+        o, i = _errors(oos), _errors(ins)
+        key = f"regime: {label}" if section == "by regime" else label
+        out["lines"].append({
+            "section": section, "label": label, "sources": len({c.source for c in oos}), "rows": o["rows"],
+            "out_of_source": {"median": o["median"], "p90": o["p90"]},
+            "in_sample": {"median": i["median"], "p90": i["p90"]},
+            "coverage_90": (cov.get("all") if label.startswith("all") else cov.get(key)
+                            if section in ("by regime", "by calibration") else _source_coverage(oos, v)),
+        })
+    return out
+
+
+def _source_coverage(oos: list[Comparison], v: Validation) -> float | None:
+    if not oos or oos[0].metric not in THROUGHPUT:
+        return None
+    from optimizer.calibration.bands import bands
+
+    others = [c for c in v.out_of_source if c.source != oos[0].source]
+    band = bands(others)
+    inside = [band[group_of(c)]["ratio_quantiles"][5] <= c.measured / c.predicted
+              <= band[group_of(c)]["ratio_quantiles"][95] for c in oos]
+    return sum(inside) / len(inside)
+
+
+def _pct(x: float | None) -> str:
+    return "   -  " if x is None or x != x else f"{x * 100:5.1f}%"
+
+
+def text(validations: list[Validation], rows: bool = False) -> str:
+    out = []
+    for v in validations:
+        s = summary(v)
+        cv = ("out of source: each source predicted by a fit without it" if v.cv == "source"
+              else "with the catalog's fitted parameters (in sample; --cv source for out of source)")
+        out.append(f"{v.kind}: {s['expressed_rows']} rows expressed, {s['skipped_rows']} not "
+                   f"({'listed below' if rows else 'gpuopt validate --rows lists them'}); {cv}")
+        if not s["expressed_rows"]:
+            out.append("  nothing to compare: no row could be expressed; the reasons are listed below"
+                       if rows else "  nothing to compare: no row could be expressed (gpuopt validate --rows says why)")
+            out += [f"    {row} [{src}]: {why}" for row, src, why in v.skipped] if rows else []
+            out.append("")
+            continue
+        out.append(f"  {'':44} {'sources':>7} {'rows':>5}   {'out of source':^15}   {'in sample':^15}   "
+                   f"{'90% band':>8}")
+        out.append(f"  {'':44} {'':>7} {'':>5}   {'median':>7} {'p90':>7}   {'median':>7} {'p90':>7}   "
+                   f"{'coverage':>8}")
+        section = None
+        for line in s["lines"]:
+            if line["section"] != section:
+                section = line["section"]
+                if section:
+                    out.append(f"  {section}")
+            label = ("  " if section else "") + line["label"]
+            o, i = line["out_of_source"], line["in_sample"]
+            out.append(f"  {label[:44]:44} {line['sources']:>7} {line['rows']:>5}   {_pct(o['median']):>7} "
+                       f"{_pct(o['p90']):>7}   {_pct(i['median']):>7} {_pct(i['p90']):>7}   "
+                       f"{_pct(line['coverage_90']):>8}")
+        if rows:
+            out.append("  rows (out-of-source prediction):")
+            for c in v.out_of_source:
+                flag = f"  [extrapolated: {', '.join(c.extrapolated)}]" if c.extrapolated else ""
+                out.append(f"    {c.row:<52} {c.metric:<21} {c.measured:>11,.3f} {c.predicted:>11,.3f} "
+                           f"{c.error:>+7.1%}  {c.config}{flag}")
+            out.append("  rows the model cannot express:")
+            out += [f"    {row} [{src}]: {why}" for row, src, why in v.skipped]
+        out.append("")
+    return "\n".join(out)
+
+
+def csv(validations: list[Validation]) -> str:
+    lines = ["kind,id,source,regime,metric,measured,predicted_in_sample,predicted_out_of_source,"
+             "error_out_of_source,extrapolated"]
+    for v in validations:
+        ins = {(c.row, c.metric): c.predicted for c in v.in_sample}
+        for c in v.out_of_source:
+            lines.append(f"{v.kind},{c.row},{c.source},\"{c.regime}\",{c.metric},{c.measured:.6g},"
+                         f"{ins.get((c.row, c.metric), float('nan')):.6g},{c.predicted:.6g},{c.error:.4f},"
+                         f"\"{'; '.join(c.extrapolated)}\"")
+    return "\n".join(lines) + "\n"
+
+
+def to_json(validations: list[Validation]) -> str:
+    data = {v.kind: {**summary(v),
+                     "rows": [{"id": c.row, "source": c.source, "regime": c.regime, "metric": c.metric,
+                               "measured": c.measured, "predicted": c.predicted, "error": c.error,
+                               "extrapolated": list(c.extrapolated), "config": c.config} for c in v.out_of_source],
+                     "skipped": [{"id": r, "source": s, "reason": why} for r, s, why in v.skipped]}
+            for v in validations}
+    return json.dumps(data, indent=2, sort_keys=True, default=lambda x: None) + "\n"

@@ -1,0 +1,214 @@
+"""Serving rows as model inputs: each published measurement becomes a replica, an engine and a load.
+
+Load is read as the source describes it: maximum load (the most sequences that fit, capped by the
+engine's limit on sequences in flight), a fixed batch (static, as TensorRT-LLM's old
+gptSessionBenchmark and LMDeploy's profile_generation run it) or a fixed concurrency (continuous
+batching, as ``vllm bench serve --max-concurrency`` does), or a burst of N requests sent at once
+(as many in flight as fit). Open-loop request rates are not expressed. Variable-length datasets
+(ShareGPT) are expressed at the mean prompt and output lengths the source's own token totals imply
+(derived in the row's notes), and reported as their own regime.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import Any
+
+from optimizer.calibration.data import (
+    Aliases,
+    malformed_count,
+    read_kind,
+    row_facts,
+    source_of,
+    to_float,
+    to_int,
+)
+from optimizer.catalog import Catalog
+from optimizer.perf.serve import ServePlan, ServeTerms, max_batch, serve_memory, serve_terms
+from optimizer.perf.specs import Hardware, ModelSpec
+
+MEAN_LENGTHS = re.compile(r"mean input/output tokens per request (\d+)/(\d+)")
+
+
+@dataclass(frozen=True)
+class ServingCase:
+    row: str
+    source: str
+    stack: str
+    family: str
+    precision: str  # the weight format (efficiency values are keyed by it: weight-only formats differ)
+    regime: str
+    config: str
+    model: ModelSpec
+    hw: Hardware
+    plan: ServePlan
+    terms: ServeTerms
+    scale: float  # measured throughput = replica throughput × scale (replicas, or replicas per GPU)
+    measured: tuple[tuple[str, float], ...]  # (metric, value)
+
+    @property
+    def gpu(self) -> str:
+        return self.hw.device.name
+
+
+def _length(text: str) -> int | None:
+    t = text.strip().lower().replace(",", "")
+    if m := re.fullmatch(r"(\d+(?:\.\d+)?)\s*k", t):
+        return int(float(m.group(1)) * 1024)
+    return to_int(t)
+
+
+def _load(text: str, facts: dict[str, Any], row: dict[str, str], output_len: int) -> tuple[str, int | None] | str:
+    """('max', None), ('batch', n), ('burst', n) or ('rate', n); or why the load cannot be expressed.
+
+    An open-loop request rate λ keeps, by Little's law, λ × (TTFT + output_len × TPOT) requests in
+    flight: the row's own latencies give its concurrency, and the model predicts those latencies
+    there (its throughput is then λ × output_len whatever the model says, so it is not compared).
+    A rate far above what the replica can serve is a burst of all the requests at once."""
+    if "load" in facts:
+        kind, _, n = str(facts["load"]).partition(" ")
+        return kind, to_int(n)
+    t = text.strip().lower()
+    if m := re.match(r"request rate ([\d.]+) (?:req/s|qps)", t):
+        rate = float(m.group(1))
+        total = re.search(r"(\d+) requests", t)
+        if rate >= 100 and total:
+            return "burst", int(total.group(1))
+        ttft, tpot = to_float(row.get("ttft_ms", "")), to_float(row.get("tpot_ms", ""))
+        if ttft is None or tpot is None:
+            return "an open-loop request rate without both TTFT and TPOT: its concurrency is unknown"
+        return "rate", max(1, round(rate * (ttft + output_len * tpot) / 1000.0))
+    if n := to_int(t):
+        return "batch", n
+    if t.startswith("max load"):
+        return "max", None
+    if m := re.match(r"(?:max concurrency|concurrency)\s*(\d+)", t):
+        return "batch", int(m.group(1))
+    if m := re.match(r"(\d+)\s*(?:requests|prompts)\s*sent at once", t):
+        return "burst", int(m.group(1))
+    if m := re.match(r"(\d+)\s*\(", t):
+        return "batch", int(m.group(1))
+    return f"load '{text}' is not a batch, a concurrency or maximum load (open-loop request rates are not modelled)"
+
+
+def engine_of(text: str, aliases: Aliases) -> str | None:
+    for pattern, engine in aliases.engines.items():
+        if re.search(pattern, text, re.IGNORECASE):
+            return engine
+    return None
+
+
+def _lengths(row, facts, assume) -> tuple[int, int, bool] | str:
+    """(input, output, variable): each length from the source's text for the row, else the CSV
+    cell, else the mean its token totals imply (notes), else the source's assumption."""
+    means = MEAN_LENGTHS.search(row.get("notes", ""))
+    out: list[int | None] = []
+    variable = False
+    for i, key in enumerate(("input_len", "output_len")):
+        value = facts.get(key) or _length(row[key])
+        if value is None and means:
+            value, variable = int(means.group(i + 1)), True
+        if value is None and assume.get(key):
+            value, variable = int(assume[key]), variable or not _length(row[key])
+        out.append(value)
+    if out[0] is None or out[1] is None:
+        return f"request lengths not stated as numbers ({row['input_len']} / {row['output_len']})"
+    return out[0], out[1], variable
+
+
+def _measured(row, ignore: tuple[str, ...]) -> tuple[tuple[str, float], ...]:
+    out = []
+    for metric, column in (("output_tokens_per_s", "throughput_output_tok_s"),
+                           ("total_tokens_per_s", "throughput_total_tok_s"), ("ttft_ms", "ttft_ms"),
+                           ("tpot_ms", "tpot_ms")):
+        value = to_float(row[column])
+        if value and metric not in ignore:
+            out.append((metric, value))
+    if any(m == "output_tokens_per_s" for m, _ in out):
+        out = [(m, v) for m, v in out if m != "total_tokens_per_s"]
+    return tuple(out)
+
+
+def serving_case(row: dict[str, str], catalog: Catalog, aliases: Aliases, sources) -> ServingCase | str:
+    """A row as a replica under a load, or the reason the model cannot express it."""
+    source = source_of(row["id"], sources)
+    if source is None:
+        return "no source in calibration/sources.yaml claims this row's id"
+    facts = row_facts(row["id"], source)
+    if "exclude" in facts:
+        return str(facts["exclude"])
+    if bad := malformed_count(row, ("gpu_count", "tp", "pp")):
+        return bad
+    assume = source.assume
+    model_id = facts.get("model") or aliases.models.get(row["model"])
+    if model_id is None or model_id not in catalog.models:
+        return f"model '{row['model']}' has no preset (calibration/aliases.yaml)"
+    place = aliases.gpus.get(row["gpu"])
+    if place is None or place.gpu not in catalog.gpus:
+        return f"GPU '{row['gpu']}' is not mapped to a catalog part (calibration/aliases.yaml)"
+    fmt = aliases.precisions.get(facts.get("precision") or row["precision"])
+    if fmt is None:
+        return f"precision '{row['precision']}' is not mapped (calibration/aliases.yaml)"
+    lengths = _lengths(row, facts, assume)
+    if isinstance(lengths, str):
+        return lengths
+    load = _load(row["batch_or_concurrency"], facts, row, lengths[1])
+    if isinstance(load, str):
+        return load
+    count = to_int(row["gpu_count"]) or 1
+    split = facts.get("split") or assume.get("split")
+    tp = to_int(row["tp"]) or (1 if split == "layer" else count)
+    pp = to_int(row["pp"]) or (count if split == "layer" else 1)
+    if count % (tp * pp):
+        return f"{count} GPUs is not a multiple of TP {tp} x PP {pp}"
+    engine_id = facts.get("engine") or engine_of(row["engine"], aliases) or source.stack
+    engine = catalog.efficiency.engines[engine_id]
+    servers = [s for s in catalog.servers_for(place.gpu) if s.slots >= tp * pp and place.server in (None, s.id)]
+    if not servers:
+        return f"no server in the catalog holds {tp * pp} x {place.gpu} in one replica"
+    hw = catalog.hardware(place.gpu, servers[0].id, None)
+    gpu = catalog.gpus[place.gpu]
+    plan = ServePlan(tp=tp, pp=pp, precision=fmt.weights, kv_precision=fmt.kv, input_len=lengths[0],
+                     output_len=lengths[1], batching=facts.get("batching") or assume.get("batching", "continuous"),
+                     memory_fraction=engine.memory_fraction, kv_fraction=engine.kv_fraction,
+                     max_seqs=engine.seq_cap(hw.device.memory, gpu.family))
+    try:
+        cap = max_batch(model := catalog.models[model_id].spec(), hw, plan)
+        batch = cap if load[0] == "max" else (load[1] if load[0] in ("batch", "rate") else min(load[1], cap))
+        needed = sum(serve_memory(model, plan, max(batch, 1)).values())
+        if cap < 1 or (load[0] in ("batch", "rate") and needed > hw.device.memory):
+            return f"the model says it does not fit ({needed / 1e9:,.1f} GB per GPU of {hw.device.memory / 1e9:,.0f})"
+        burst = load[1] if load[0] == "burst" else (assume.get("requests", 0) if load[0] == "max" else 0)
+        plan = replace(plan, batch=batch, requests=int(burst or 0), variable_lengths=lengths[2])
+        terms = serve_terms(model, hw, plan, batch)
+    except ValueError as exc:
+        return str(exc)
+    ignore = tuple(facts.get("ignore", assume.get("ignore", ()))) + (
+        ("output_tokens_per_s", "total_tokens_per_s") if load[0] == "rate" else ())
+    measured = _measured(row, ignore)
+    if not measured:
+        return "no measured throughput or latency in the row"
+    replicas = count // (tp * pp)
+    per_gpu = bool(facts.get("per_gpu", assume.get("per_gpu")))
+    regime = ("maximum load" if load[0] in ("max", "burst") else "request rate" if load[0] == "rate" else
+              ("batch 1" if batch == 1 else "fixed batch or concurrency"))
+    if lengths[2]:
+        regime += ", variable lengths"
+    config = (f"{model_id} {plan.precision}/{plan.kv_precision}-kv on {count} x {place.gpu} TP{tp} PP{pp} "
+              f"[{engine_id}], {plan.input_len}/{plan.output_len}, {load[0]} batch {batch}")
+    return ServingCase(row["id"], source.id, engine_id, gpu.family, plan.precision, regime,
+                       config, model, hw, plan, terms, replicas / count if per_gpu else float(replicas), measured)
+
+
+def serving_cases(catalog: Catalog, aliases: Aliases, sources, data_dir=None):
+    """(cases, skipped) over every serving row: skipped is (row id, source id, reason)."""
+    cases, skipped = [], []
+    for row in read_kind("serving", data_dir):
+        case = serving_case(row, catalog, aliases, sources)
+        if isinstance(case, str):
+            src = source_of(row["id"], sources)
+            skipped.append((row["id"], src.id if src else "", case))
+        else:
+            cases.append(case)
+    return cases, skipped

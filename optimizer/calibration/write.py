@@ -1,0 +1,146 @@
+"""Write what ``gpuopt fit`` found back into the catalog: catalogs/efficiency.yaml and
+catalogs/uncertainty.yaml, deterministically (same rows, same bytes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import yaml
+
+from optimizer.calibration.bands import bands
+from optimizer.calibration.crossval import Dataset, Validation
+from optimizer.calibration.fit import FitResult
+from optimizer.stacks import EfficiencyFile
+
+EFFICIENCY_HEADER = """\
+# Efficiency parameters of the performance model (optimizer/perf/params.py), fitted by `gpuopt fit`
+# to the published runs in calibration/ (optimizer/calibration/fit.py says how). Each parameter has
+# a meaning, a physical range, a documented prior, a default (what a GPU family or stack without
+# calibration rows gets) and values per GPU family (`family` or `family/precision`) and per stack or
+# engine where at least three rows depend on it; `rows` and `sources` say what is behind each value.
+# Stack values multiply the hardware value when `multiply` is true, else they replace it.
+# Written by `gpuopt fit`: edit the priors and ranges, not the fitted values.
+"""
+
+UNCERTAINTY_HEADER = """\
+# How far measurements fall from the model on sources it was not fitted to: quantiles of
+# measured / predicted over the leave-one-source-out comparisons (optimizer/calibration/bands.py),
+# sources weighted equally, split-conformal widening. `calibrated`: the prediction's GPU family and
+# stack have calibration rows of their own; `extrapolated`: one of them borrows its values.
+# A 90 % band is [q05, q95]; planning at 90 % confidence multiplies every predicted rate by q10.
+# Written by `gpuopt fit`; a test keeps them equal to what the fit produces.
+"""
+
+
+def _support(result: FitResult, ds: Dataset, sens: dict[str, np.ndarray]) -> list[tuple[int, int]]:
+    """(rows, sources) behind each free value: the rows that depend on its parameter and read it or
+    a value shrunk toward it (a family's value rests on its precisions' rows too)."""
+    layout = result.layout
+    sources = ds.sources
+
+    def ancestors(i: int) -> set[int]:
+        out = set()
+        while i >= 0:
+            out.add(i)
+            i = layout.slots[i].parent
+        return out
+
+    lineage = [ancestors(i) for i in range(len(layout.slots))]
+    out = []
+    for i, s in enumerate(layout.slots):
+        users = [j for j in range(len(layout.slots)) if i in lineage[j] and layout.slots[j].param == s.param]
+        reads = np.isin(layout.hw_index[s.param], users) | np.isin(layout.stack_index[s.param], users)
+        rows = reads & sens[s.param]
+        out.append((int(rows.sum()), len(set(sources[rows]))))
+    return out
+
+
+def _value(v: float, rows: int, sources: int) -> dict[str, Any]:
+    return {"value": float(round(v, 4 if abs(v) < 10 else 1)), "rows": rows, "sources": sources}
+
+
+def efficiency_yaml(table: EfficiencyFile, fits: dict[str, tuple[FitResult, Dataset, dict]], fitted: str) -> str:
+    data: dict[str, Any] = {"schema_version": table.schema_version, "fitted": fitted, "families": dict(table.families),
+                            "reserved_memory_gb": table.reserved_memory_gb,
+                            "reserved_memory_source": table.reserved_memory_source, "support": {}}
+    for kind in ("training", "serving"):
+        params = getattr(table, kind)
+        out: dict[str, Any] = {}
+        if kind in fits:
+            result, ds, sens = fits[kind]
+            support = _support(result, ds, sens)
+            data["support"][kind] = {
+                "families": dict(sorted(_count(c.family for c in ds.cases).items())),
+                "stacks": dict(sorted(_count(c.stack for c in ds.cases).items())),
+            }
+        for name, p in params.items():
+            entry: dict[str, Any] = {"meaning": p.meaning, "range": list(p.range), "prior": p.prior,
+                                     "prior_source": p.prior_source, "by": list(p.by)}
+            if p.multiply:
+                entry["multiply"] = True
+            entry.update(default=p.default.model_dump(), hardware={}, stacks={})
+            if kind in fits:
+                for slot, x, (rows, srcs) in zip(result.layout.slots, result.x, support, strict=True):
+                    if slot.param != name:
+                        continue
+                    if slot.key == "default":
+                        entry["default"] = _value(x, rows, srcs)
+                    elif slot.key.startswith("hw:") and rows:
+                        entry["hardware"][slot.key[3:]] = _value(x, rows, srcs)
+                    elif slot.key.startswith("stack:") and rows:
+                        entry["stacks"][slot.key[6:]] = _value(x, rows, srcs)
+            entry["hardware"] = dict(sorted(entry["hardware"].items()))
+            entry["stacks"] = dict(sorted(entry["stacks"].items()))
+            out[name] = entry
+        data[kind] = out
+    return EFFICIENCY_HEADER + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=110)
+
+
+def _count(items) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for i in items:
+        out[i] = out.get(i, 0) + 1
+    return out
+
+
+def uncertainty_yaml(validations: dict[str, Validation]) -> str:
+    data: dict[str, Any] = {"schema_version": 1}
+    for kind, v in validations.items():
+        section = {}
+        for group, band in bands(list(v.out_of_source)).items():
+            section[group] = {"rows": band["rows"], "sources": band["sources"],
+                              "source": f"leave-one-source-out comparisons of calibration/{kind}_runs*.csv",
+                              "ratio_quantiles": band["ratio_quantiles"]}
+        data[kind] = section
+    return UNCERTAINTY_HEADER + yaml.safe_dump(data, sort_keys=False, width=110)
+
+
+SOURCES_HEADER = """\
+# Calibration sources
+
+Every document behind `calibration/*.csv`, once. A row belongs to the source whose id prefix starts
+it (`calibration/sources.yaml`, which also gives each source's stack or engine, how it counts FLOPs,
+the facts its rows leave out and why, and the rows the model does not try). `gpuopt validate --cv
+source` predicts each source from a fit that never saw it. Written by `gpuopt fit` from
+`calibration/sources.yaml`; the per-file notes (`training_runs_2.md`, `serving_runs_2.md`,
+`training_runs_3.md`, `serving_runs_3.md`) describe how the rows were read.
+
+| source | kind | document | where | date | stack / engine | rows | expressed |
+|---|---|---|---|---|---|---:|---:|
+"""
+
+
+def sources_markdown(sources, datasets: dict[str, Dataset]) -> str:
+    """calibration/SOURCES.md: one line per source with its rows and how many the model expresses."""
+    expressed: dict[str, int] = {}
+    total: dict[str, int] = {}
+    for ds in datasets.values():
+        for c in ds.cases:
+            expressed[c.source] = expressed.get(c.source, 0) + 1
+            total[c.source] = total.get(c.source, 0) + 1
+        for _, source, _ in ds.skipped:
+            total[source] = total.get(source, 0) + 1
+    lines = [f"| {s.id} | {s.kind} | {s.title} | {s.where} | {s.date} | {s.stack} | {total.get(s.id, 0)} | "
+             f"{expressed.get(s.id, 0)} |" for s in sources]
+    return SOURCES_HEADER + "\n".join(lines) + "\n"

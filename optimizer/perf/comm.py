@@ -1,0 +1,68 @@
+"""Collective communication times: ring all-reduce, reduce-scatter, all-gather, point-to-point.
+
+Ring collectives move ``2(n−1)/n`` of the buffer across each link for an all-reduce and
+``(n−1)/n`` for a reduce-scatter or an all-gather (Patarasuk & Yuan 2009; NCCL's "bus bandwidth"
+convention). Across servers the reduction is hierarchical: inside the node over NVLink (or
+PCIe), then between nodes over each GPU's share of the node's NICs. Times are at the links'
+catalog efficiency; how much of them a stack hides behind compute is the performance model's
+business (``optimizer.perf.train``).
+"""
+
+from __future__ import annotations
+
+import math
+
+from optimizer.perf.specs import Hardware, Link, TrainPlan
+
+
+def collective_latency(n: int, link: Link) -> float:
+    """Fixed cost of one collective among ``n`` ranks.
+
+    The catalog's latency is that of one all-reduce among the 8 GPUs of a server (DESIGN.md:
+    ~20 µs on NVLink, ~30 µs on GeForce PCIe); a tree grows it with log2(n) beyond that.
+    """
+    return link.latency * max(1.0, math.log2(n) / 3.0)
+
+
+def allreduce_time(nbytes: float, n: int, link: Link) -> float:
+    """Ring all-reduce of ``nbytes`` among ``n`` ranks: 2(n−1)/n of it crosses each link."""
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    return 2.0 * (n - 1) / n * nbytes / link.effective_bw + collective_latency(n, link)
+
+
+def p2p_time(nbytes: float, link: Link) -> float:
+    return nbytes / link.effective_bw + link.latency
+
+
+def dp_reduce_time(nbytes: float, plan: TrainPlan, hw: Hardware) -> float:
+    """Hierarchical all-reduce of ``nbytes`` over the data-parallel group: inside the node, then
+    between nodes. A reduce-scatter or an all-gather of the same buffer takes half of it.
+
+    ``k`` DP ranks share a node; after the intra-node reduce-scatter each holds 1/k of the
+    buffer, and all the node's GPUs drive its NICs at once, so each gets 1/gpus_per_node of
+    the node's network bandwidth.
+    """
+    dp = plan.grad_ranks
+    if dp <= 1:
+        return 0.0
+    model_parallel = plan.tp * plan.pp
+    k = max(1, min(dp, hw.gpus_per_node // model_parallel))
+    nodes = math.ceil(dp / k)
+    intra = allreduce_time(nbytes, k, hw.group_link(k * model_parallel)) if k > 1 else 0.0
+    if nodes <= 1:
+        return intra
+    if hw.network is None:
+        raise ValueError("a multi-node plan needs a network")
+    share = min(hw.gpus_per_node, model_parallel * k)
+    per_gpu = Link(hw.network.name, hw.network.bw_one_way / share, hw.network.efficiency, hw.network.latency)
+    return intra + allreduce_time(nbytes / k, nodes, per_gpu)
+
+
+def span_link(size: int, hw: Hardware) -> Link:
+    """The link a group of ``size`` GPUs talks over: the node's link when the group fits in a
+    node, else each GPU's share of the node's network."""
+    if size <= hw.gpus_per_node or hw.network is None:
+        return hw.group_link(size)
+    return Link(hw.network.name, hw.network.bw_one_way / hw.gpus_per_node, hw.network.efficiency,
+                hw.network.latency)

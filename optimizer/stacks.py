@@ -1,0 +1,228 @@
+"""Software stacks, inference engines and the efficiency parameters fitted for them.
+
+``catalogs/stacks.yaml`` says what each training stack and serving engine does (traits from its
+documentation: how it reduces gradients, how much memory it gives the KV cache, how many
+sequences it keeps in flight) and which one is today's mainstream choice per GPU vendor.
+``catalogs/efficiency.yaml`` holds the performance model's parameters (``perf.params``), fitted by
+``gpuopt fit`` to published runs: for each parameter a default, values per GPU family (and
+precision) and values or multipliers per stack, each with the rows and sources behind it.
+
+Resolution takes the most specific value there is: ``family/precision``, then ``family``, then the
+family it is ``like`` (a GPU family or stack with no rows of its own), then the default. Every
+step down that chain is an extrapolation, and ``Resolved.extrapolated`` names it so that bands
+can widen (``optimizer.calibration.bands``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from optimizer.errors import CatalogError, suggest
+from optimizer.perf.params import ServeParams, TrainParams
+from optimizer.validation import read_yaml, validate
+
+Kind = Literal["training", "serving"]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TrainStack(_Record):
+    id: str
+    name: str
+    aliases: tuple[str, ...] = ()
+    like: str | None = None  # the stack whose parameters it takes where it has none of its own
+    grad_reduce_bytes: int = Field(default=4, ge=1, le=4)
+    flash_attention: bool = True
+    traits: str  # what the stack overlaps and fuses, from its documentation
+    source: str
+
+
+class Engine(_Record):
+    id: str
+    name: str
+    aliases: tuple[str, ...] = ()
+    like: str | None = None
+    memory_fraction: float = Field(default=1.0, gt=0, le=1)  # share of the GPU's memory the engine takes
+    kv_fraction: float = Field(default=0.9, gt=0, le=1)  # share of what is left after weights for the KV cache
+    max_seqs: int = Field(default=0, ge=0)  # sequences in flight at most (0: only memory limits)
+    max_seqs_large: int = Field(default=0, ge=0)  # the cap on GPUs of 70 GiB or more other than the A100
+    traits: str
+    source: str
+
+    def seq_cap(self, memory_bytes: float, family: str) -> int:
+        """The engine's default cap on sequences in flight on a GPU."""
+        if self.max_seqs_large and memory_bytes >= 70 * 2**30 and family != "ampere":
+            return self.max_seqs_large
+        return self.max_seqs
+
+
+class StacksFile(_Record):
+    schema_version: int
+    defaults: dict[Kind, dict[str, str]]  # kind → GPU vendor → stack id
+    training: tuple[TrainStack, ...]
+    serving: tuple[Engine, ...]
+
+
+class Value(_Record):
+    value: float
+    rows: int = Field(default=0, ge=0)  # calibration rows that informed it
+    sources: int = Field(default=0, ge=0)
+
+
+class Parameter(_Record):
+    meaning: str
+    range: tuple[float, float]
+    prior: float  # the documented physical expectation the fit starts from and shrinks the default to
+    prior_source: str
+    by: tuple[Literal["hardware", "stack"], ...] = ()  # what it may take values per (else one global value)
+    default: Value
+    multiply: bool = False  # stack values multiply the hardware value (else they replace it)
+    hardware: dict[str, Value] = {}  # "family" or "family/precision" → value
+    stacks: dict[str, Value] = {}  # stack or engine id → value (or multiplier)
+
+    @model_validator(mode="after")
+    def _in_range(self) -> Parameter:
+        lo, hi = self.range
+        values = [("default", self.default)] + list(self.hardware.items())
+        if not self.multiply:
+            values += list(self.stacks.items())
+        for key, v in values:
+            if not lo <= v.value <= hi:
+                raise ValueError(f"{key}: {v.value} is outside the range [{lo}, {hi}]")
+        return self
+
+
+class Support(_Record):
+    """Calibration rows behind a kind's parameters, by GPU family and by stack (or engine)."""
+
+    families: dict[str, int] = {}
+    stacks: dict[str, int] = {}
+
+
+class EfficiencyFile(_Record):
+    schema_version: int
+    fitted: str  # how and when the values were fitted
+    families: dict[str, str] = {}  # GPU family with no rows → the family whose values it takes
+    support: dict[Kind, Support] = {}
+    reserved_memory_gb: float = Field(ge=0, le=100)
+    reserved_memory_source: str
+    training: dict[str, Parameter]
+    serving: dict[str, Parameter]
+
+    @model_validator(mode="after")
+    def _known(self) -> EfficiencyFile:
+        for kind, cls in (("training", TrainParams), ("serving", ServeParams)):
+            names = {f.name for f in fields(cls)}
+            table = getattr(self, kind)
+            unknown = sorted(set(table) - names)
+            missing = sorted(names - set(table))
+            if unknown or missing:
+                raise ValueError(f"{kind}: unknown parameters {unknown}, missing {missing}; the model has "
+                                 f"{sorted(names)}")
+        return self
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """Parameters for one context, and where each came from."""
+
+    params: TrainParams | ServeParams
+    keys: tuple[tuple[str, str, str], ...]  # (parameter, hardware key or "default", stack key or "")
+    extrapolated: tuple[str, ...]  # what had no calibration rows of its own ("gpu family cdna4", ...)
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """The efficiency table with the stacks it is keyed by."""
+
+    table: EfficiencyFile
+    stacks: dict[str, TrainStack]
+    engines: dict[str, Engine]
+    defaults: dict[str, dict[str, str]]
+    reserved_memory: float  # bytes
+
+    def stack(self, kind: Kind, ident: str) -> TrainStack | Engine:
+        """A stack or engine by id or alias."""
+        table = self.stacks if kind == "training" else self.engines
+        if ident in table:
+            return table[ident]
+        for entry in table.values():
+            if ident in entry.aliases:
+                return entry
+        names = sorted(table) + sorted(a for e in table.values() for a in e.aliases)
+        what = "training stack" if kind == "training" else "serving engine"
+        raise CatalogError(f"unknown {what} '{ident}'.{suggest(ident, names)} Known: {', '.join(sorted(table))}.")
+
+    def default_stack(self, kind: Kind, vendor: str) -> str:
+        choices = self.defaults.get(kind, {})
+        return choices.get(vendor) or choices["NVIDIA"]
+
+    def chain(self, kind: Kind, ident: str) -> list[str]:
+        """The stack and those it is like, most specific first."""
+        table = self.stacks if kind == "training" else self.engines
+        out: list[str] = []
+        while ident and ident not in out:
+            out.append(ident)
+            ident = table[ident].like or ""
+        return out
+
+    def family_chain(self, family: str) -> list[str]:
+        out: list[str] = []
+        while family and family not in out:
+            out.append(family)
+            family = self.table.families.get(family, "")
+        return out
+
+    def resolve(self, kind: Kind, family: str, precision: str, stack: str) -> Resolved:
+        """The most specific value of every parameter for a GPU family, precision and stack."""
+        table = self.table.training if kind == "training" else self.table.serving
+        families, stacks = self.family_chain(family), self.chain(kind, stack)
+        values: dict[str, float] = {}
+        keys, gaps = [], set()
+        support = self.table.support.get(kind, Support())
+        if family not in support.families:
+            gaps.add(f"GPU family {family}")
+        if stack not in support.stacks:
+            gaps.add(f"{'stack' if kind == 'training' else 'engine'} {stack}")
+        for name, param in table.items():
+            hw_key = next((k for f in families for k in (f"{f}/{precision}", f) if k in param.hardware), "")
+            st_key = next((s for s in stacks if s in param.stacks), "")
+            value = param.hardware[hw_key].value if hw_key else param.default.value
+            if st_key:
+                value = value * param.stacks[st_key].value if param.multiply else param.stacks[st_key].value
+            lo, hi = param.range
+            values[name] = min(max(value, lo), hi)
+            keys.append((name, hw_key or "default", st_key))
+        cls = TrainParams if kind == "training" else ServeParams
+        return Resolved(cls(**values), tuple(keys), tuple(sorted(gaps)))
+
+
+def load_efficiency(root: Path) -> Efficiency:
+    """Read catalogs/efficiency.yaml and catalogs/stacks.yaml and check their references."""
+    eff_path, stacks_path = root / "efficiency.yaml", root / "stacks.yaml"
+    table = validate(EfficiencyFile, read_yaml(eff_path, CatalogError), eff_path, CatalogError)
+    stacks_file = validate(StacksFile, read_yaml(stacks_path, CatalogError), stacks_path, CatalogError)
+    stacks = {s.id: s for s in stacks_file.training}
+    engines = {e.id: e for e in stacks_file.serving}
+    for kind, entries in (("training", stacks), ("serving", engines)):
+        for entry in entries.values():
+            if entry.like and entry.like not in entries:
+                raise CatalogError(f"{stacks_path}: {kind} '{entry.id}': like '{entry.like}' is not a {kind} "
+                                   f"entry.{suggest(entry.like, entries)} To fix: name one of {', '.join(entries)}.")
+        for vendor, ident in stacks_file.defaults.get(kind, {}).items():  # type: ignore[call-overload]
+            if ident not in entries:
+                raise CatalogError(f"{stacks_path}: defaults.{kind}.{vendor}: '{ident}' is not a {kind} entry."
+                                   f"{suggest(ident, entries)}")
+        params = table.training if kind == "training" else table.serving
+        for name, param in params.items():
+            for key in param.stacks:
+                if key not in entries:
+                    raise CatalogError(f"{eff_path}: {kind}.{name}.stacks: '{key}' is not in {stacks_path.name}."
+                                       f"{suggest(key, entries)} To fix: add it there or remove the value.")
+    return Efficiency(table, stacks, engines, dict(stacks_file.defaults), table.reserved_memory_gb * 1e9)

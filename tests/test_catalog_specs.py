@@ -1,0 +1,113 @@
+"""Every GPU figure is sourced and dated; GPUs kept for calibration are not offered by default."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from optimizer.catalog import GPU_FAMILIES, SPEC_FIELDS, GpuFile, load_catalog
+from optimizer.errors import CatalogError
+from optimizer.problem import load_problem
+from tests.conftest import ROOT
+
+DATE = re.compile(r"\d{4}-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?")
+
+
+@pytest.fixture(scope="module")
+def gpu_file() -> GpuFile:
+    return GpuFile.model_validate(yaml.safe_load((ROOT / "catalogs" / "gpus.yaml").read_text()))
+
+
+def test_every_gpu_has_a_family_and_every_figure_a_dated_source(gpu_file):
+    assert gpu_file.spec_sources
+    for key, src in gpu_file.spec_sources.items():
+        assert src.title.strip() and src.where.strip(), key
+        assert DATE.fullmatch(src.date), (key, src.date)
+    for gpu in gpu_file.gpus:
+        assert gpu.family in GPU_FAMILIES, gpu.id
+        present = {name for name in SPEC_FIELDS if getattr(gpu, name) is not None}
+        assert set(gpu.specs) == present, gpu.id
+        for name, key in gpu.specs.items():
+            assert key in gpu_file.spec_sources, (gpu.id, name, key)
+
+
+def test_new_parts_are_in_the_catalog_with_dense_figures(catalog):
+    for gid in ("b300", "gb200", "gb300", "rtx-5090", "rtx-pro-6000", "rtx-pro-6000-maxq", "rtx-pro-6000-server",
+                "rtx-3090-ti", "rtx-4060-ti-16gb", "gb10", "mi325x", "mi355x", "gaudi3"):
+        assert gid in catalog.gpus, gid
+        assert catalog.servers_for(gid), f"{gid} has no server"
+    assert catalog.gpus["b200"].fp4_tflops == 9000  # 18 PF with sparsity, halved
+    assert catalog.gpus["gb200"].link_domain == 72
+    assert catalog.gpus["mi300x"].fp8_tflops == pytest.approx(2614.9)
+    nvl72 = catalog.servers["nvl72-gb300"]
+    assert nvl72.slots == 72 and nvl72.full_only
+
+
+def _catalog_copy(tmp_path: Path, old: str, new: str) -> Path:
+    root = tmp_path / "cat"
+    shutil.copytree(ROOT / "catalogs", root)
+    text = (root / "gpus.yaml").read_text()
+    assert old in text
+    (root / "gpus.yaml").write_text(text.replace(old, new, 1))
+    return root
+
+
+def test_a_figure_without_a_source_is_rejected_naming_the_gpu_and_field(tmp_path):
+    h100 = ("specs: {memory_gb: stas00, mem_bw_gbs: stas00, bf16_tflops: stas00, fp16_tflops: stas00, "
+            "fp8_tflops: stas00, link_bw_gbs: stas00, tdp_w: stas00}")
+    root = _catalog_copy(tmp_path, h100, h100.replace("fp8_tflops: stas00, ", ""))
+    with pytest.raises(CatalogError) as err:
+        load_catalog(root)
+    text = str(err.value)
+    assert "gpus.yaml" in text and "(id 'h100-sxm')" in text and "field 'specs.fp8_tflops'" in text
+    assert "has no source" in text and "To fix:" in text
+
+
+def test_a_source_key_that_is_not_defined_is_rejected_with_a_suggestion(tmp_path):
+    h100 = "specs: {memory_gb: stas00, mem_bw_gbs: stas00,"
+    root = _catalog_copy(tmp_path, h100, "specs: {memory_gb: stas00, mem_bw_gbs: stas0,")
+    with pytest.raises(CatalogError) as err:
+        load_catalog(root)
+    text = str(err.value)
+    assert "(id 'h100-sxm')" in text and "field 'specs.mem_bw_gbs'" in text and "Did you mean 'stas00'?" in text
+
+
+def test_an_undated_source_is_rejected(tmp_path):
+    root = _catalog_copy(tmp_path, '    date: "2026-08"\n', '    date: "August 2026"\n')
+    with pytest.raises(CatalogError) as err:
+        load_catalog(root)
+    assert "field 'spec_sources.stas00.date'" in str(err.value)
+
+
+def test_a_gpu_without_a_family_is_rejected(tmp_path):
+    root = _catalog_copy(tmp_path, "    family: hopper\n", "")
+    with pytest.raises(CatalogError) as err:
+        load_catalog(root)
+    assert "(id 'h100-sxm')" in str(err.value) and "field 'family'" in str(err.value)
+
+
+PROBLEM = """\
+schema_version: 1
+name: purchasable
+workload: {model: llama2-7b, tokens: 20B, global_batch: {max_seqs: 256}}
+objective: min_cost
+deadline_days: 30
+site: {datacenter: true, power_cap_kw: 200}
+"""
+
+
+def test_calibration_only_gpus_are_left_out_of_the_default_list_but_can_be_allowed(catalog, tmp_path):
+    hidden = {g for g, gpu in catalog.gpus.items() if not gpu.purchasable}
+    assert {"rtx-3090-ti", "rtx-4060-ti-16gb", "gb10"} <= hidden
+    default = tmp_path / "default.yaml"
+    default.write_text(PROBLEM)
+    gpus = set(load_problem(default, catalog).gpus)
+    assert gpus and not gpus & hidden
+    assert gpus == {g for g, gpu in catalog.gpus.items() if gpu.purchasable}
+    allowed = tmp_path / "allowed.yaml"
+    allowed.write_text(PROBLEM + "hardware: {allow_gpus: [gb10, rtx-3090-ti, h100-sxm]}\n")
+    assert set(load_problem(allowed, catalog).gpus) == {"gb10", "rtx-3090-ti", "h100-sxm"}
