@@ -140,11 +140,11 @@ def _median_p90(comparisons):
     return np.median(errs), percentile(errs, 90)
 
 
-# Out-of-source accuracy today (gpuopt validate --cv source, 2026-11-23: training 337 rows from 22
-# sources, median 9.4 % / p90 28.7 %; serving 905 rows from 17 sources, 19.1 % / 68.5 %), with a small
+# Out-of-source accuracy today (gpuopt validate --cv source, 2026-11-24: training 350 rows from 23
+# sources, median 9.2 % / p90 27.0 %; serving 943 rows from 19 sources, 18.9 % / 67.6 %), with a small
 # margin: regression guards. Issue 13's targets (training median 10 % / p90 25 %, serving 10 % / 30 %)
 # are in the README beside the figures reached.
-GUARDS = {"training": (0.11, 0.31), "serving": (0.21, 0.75)}
+GUARDS = {"training": (0.10, 0.29), "serving": (0.20, 0.72)}
 
 
 @pytest.mark.parametrize("kind", ["training", "serving"])
@@ -226,6 +226,25 @@ def test_estimates_name_the_stack_and_carry_a_band():
     bad = runner.invoke(main, ["estimate", "serve", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "1",
                                "--input-len", "128", "--output-len", "128", "--engine", "vlm"])
     assert bad.exit_code == 2 and "vllm" in bad.output
+
+
+def test_intel_training_is_calibrated_on_gaudi2_and_borrowed_on_gaudi3():
+    """Intel's published Gaudi 2 runs (Megatron-DeepSpeed fork, FP8) calibrate the Intel default stack;
+    Gaudi 3 has no rows of its own, takes Gaudi 2's values and says so."""
+    runner = CliRunner()
+    args = ["estimate", "train", "--model", "llama2-7b", "--tokens", "1T", "--format", "json"]
+    g2 = json.loads(runner.invoke(main, [*args, "--gpu", "gaudi2", "--gpus", "8", "--precision", "fp8"]).output)
+    g3 = json.loads(runner.invoke(main, [*args, "--gpu", "gaudi3", "--gpus", "16"]).output)
+    assert g2["stack"] == g3["stack"] == "megatron-deepspeed-gaudi" and g2["stack_default"]
+    assert not g2["extrapolated"] and g3["extrapolated"] == ["GPU family gaudi3"]
+    # Intel: 68,464-70,523 tokens/s on 8 x Gaudi 2 (LLaMA 2 7B, FP8, seq 4096; SynapseAI 1.18-1.19)
+    assert g2["tokens_per_s"] == pytest.approx(69_500, rel=0.15)
+
+    def width(r: dict) -> float:
+        lo, hi = r["band_90"]["tokens_per_s"]
+        return (hi - lo) / r["tokens_per_s"]
+
+    assert width(g3) > width(g2)  # extrapolated: a wider band
 
 
 def test_catalog_lists_stacks_with_their_rows_and_vendor_defaults(catalog):

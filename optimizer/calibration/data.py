@@ -22,8 +22,8 @@ from optimizer.errors import ProblemError
 from optimizer.validation import read_yaml, validate
 
 Kind = Literal["training", "serving"]
-TRAINING_FILES = ("training_runs.csv", "training_runs_2.csv", "training_runs_3.csv")
-SERVING_FILES = ("serving_runs.csv", "serving_runs_2.csv", "serving_runs_3.csv")
+TRAINING_FILES = ("training_runs.csv", "training_runs_2.csv", "training_runs_3.csv", "training_runs_4.csv")
+SERVING_FILES = ("serving_runs.csv", "serving_runs_2.csv", "serving_runs_3.csv", "serving_runs_4.csv")
 
 
 class _Strict(BaseModel):

@@ -123,8 +123,8 @@ Every document behind `calibration/*.csv`, once. A row belongs to the source who
 it (`calibration/sources.yaml`, which also gives each source's stack or engine, how it counts FLOPs,
 the facts its rows leave out and why, and the rows the model does not try). `gpuopt validate --cv
 source` predicts each source from a fit that never saw it. Written by `gpuopt fit` from
-`calibration/sources.yaml`; the per-file notes (`training_runs_2.md`, `serving_runs_2.md`,
-`training_runs_3.md`, `serving_runs_3.md`) describe how the rows were read.
+`calibration/sources.yaml`; the per-file notes (`training_runs_2.md` to `training_runs_4.md`,
+`serving_runs_2.md` to `serving_runs_4.md`) describe how the rows were read.
 
 | source | kind | document | where | date | stack / engine | rows | expressed |
 |---|---|---|---|---|---|---:|---:|
