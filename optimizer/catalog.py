@@ -50,8 +50,8 @@ class Sourced(Record):
 GPU_FAMILIES = ("volta", "turing", "ampere", "ampere-ga10x", "ada", "hopper", "blackwell", "blackwell-gb20x",
                 "cdna2", "cdna3", "cdna4", "gaudi2", "gaudi3")
 # The numeric specs of a GPU entry; each one present needs a source in the entry's ``specs`` map.
-SPEC_FIELDS = ("memory_gb", "mem_bw_gbs", "bf16_tflops", "fp16_tflops", "fp8_tflops", "fp4_tflops", "link_bw_gbs",
-               "tdp_w")
+SPEC_FIELDS = ("memory_gb", "mem_bw_gbs", "bf16_tflops", "fp16_tflops", "fp16_acc16_tflops", "fp8_tflops",
+               "fp4_tflops", "link_bw_gbs", "tdp_w")
 
 
 class SpecSource(Record):
@@ -81,6 +81,9 @@ class Gpu(Record):
     fp16_tflops: float | None = Field(default=None, gt=0, le=100_000)
     fp8_tflops: float | None = Field(default=None, gt=0, le=100_000)
     fp4_tflops: float | None = Field(default=None, gt=0, le=100_000)  # dense FP4 / NVFP4 / MXFP4
+    # FP16 tensor math with FP16 accumulation, where it runs faster than with FP32 accumulation
+    # (GeForce cards: twice the rate); the 16-bit figures above are FP32-accumulate
+    fp16_acc16_tflops: float | None = Field(default=None, gt=0, le=100_000)
     link: str
     link_bw_gbs: float = Field(gt=0, le=100_000)
     link_domain: int | None = Field(default=None, ge=1)
@@ -461,7 +464,7 @@ class Catalog:
 
     def device(self, gpu_id: str) -> Device:
         gpu = self.gpus[gpu_id]
-        peaks = tuple((p, gpu.tflops(p) * 1e12) for p in ("bf16", "fp16", "fp8", "fp4") if gpu.tflops(p))
+        peaks = tuple((p, gpu.tflops(p) * 1e12) for p in ("bf16", "fp16", "fp8", "fp4", "fp16_acc16") if gpu.tflops(p))
         return Device(gpu.id, gpu.memory_gb * GB, gpu.mem_bw_gbs * GB, peaks)
 
     def stack(self, kind: str, ident: str | None, gpu_id: str) -> TrainStack | Engine:
@@ -516,7 +519,7 @@ class Catalog:
         e = self.stack("serving", engine, gpu_id)
         return {"memory_fraction": e.memory_fraction, "kv_fraction": e.kv_fraction,  # type: ignore[union-attr]
                 "max_seqs": e.seq_cap(self.gpus[gpu_id].memory_gb * GB, self.gpus[gpu_id].family),  # type: ignore[union-attr]
-                "reserved_memory": self.efficiency.reserved_memory}
+                "reserved_memory": self.efficiency.reserved_memory, "fp16_accumulate": e.fp16_accumulate}  # type: ignore[union-attr]
 
 
 def _bus_gbs(bus_id: str) -> float:

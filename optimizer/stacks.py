@@ -52,6 +52,7 @@ class Engine(_Record):
     kv_fraction: float = Field(default=0.9, gt=0, le=1)  # share of what is left after weights for the KV cache
     max_seqs: int = Field(default=0, ge=0)  # sequences in flight at most (0: only memory limits)
     max_seqs_large: int = Field(default=0, ge=0)  # the cap on GPUs of 70 GiB or more other than the A100
+    fp16_accumulate: bool = False  # its 16-bit GEMMs accumulate in FP16 (faster on GeForce cards)
     traits: str
     source: str
 

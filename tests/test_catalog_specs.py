@@ -111,3 +111,27 @@ def test_calibration_only_gpus_are_left_out_of_the_default_list_but_can_be_allow
     allowed = tmp_path / "allowed.yaml"
     allowed.write_text(PROBLEM + "hardware: {allow_gpus: [gb10, rtx-3090-ti, h100-sxm]}\n")
     assert set(load_problem(allowed, catalog).gpus) == {"gb10", "rtx-3090-ti", "h100-sxm"}
+
+
+def test_geforce_fp16_accumulate_doubles_the_prompt_gemms_of_an_engine_that_uses_it(catalog):
+    """GeForce cards run 16-bit tensor math at half rate with FP32 accumulation and full rate with
+    FP16 accumulation (Ada whitepaper App. A: RTX 4090 165.2 vs 330.3); llama.cpp's cuBLAS GEMMs
+    accumulate in FP16, so its prefill on a 4090 is bound by the higher peak, and vLLM's is not."""
+    from optimizer.perf.serve import ServePlan, gemm_peak, serve
+
+    assert catalog.gpus["rtx-4090"].fp16_acc16_tflops == 330.3 and catalog.gpus["h100-sxm"].fp16_acc16_tflops is None
+    dev = catalog.device("rtx-4090")
+    fast = ServePlan(precision="fp16", **catalog.serve_plan_traits("rtx-4090", "llamacpp"))
+    slow = ServePlan(precision="fp16", **catalog.serve_plan_traits("rtx-4090", "vllm"))
+    assert fast.fp16_accumulate and not slow.fp16_accumulate
+    assert gemm_peak(dev, fast) == pytest.approx(2 * gemm_peak(dev, slow), rel=1e-3)  # 330.3 vs 165.2
+    h100 = ServePlan(precision="fp16", **catalog.serve_plan_traits("h100-sxm", "llamacpp"))
+    assert gemm_peak(catalog.device("h100-sxm"), h100) == catalog.device("h100-sxm").peak("fp16")
+    m = catalog.models["llama3-8b"].spec()
+    hw = catalog.hardware("rtx-4090", "desktop-4", None)
+    params = catalog.serve_params("rtx-4090", "fp16", "llamacpp")
+    prompt = ServePlan(precision="fp16", input_len=1024, output_len=1, batch=1,
+                       **catalog.serve_plan_traits("rtx-4090", "llamacpp"))
+    plain = ServePlan(precision="fp16", input_len=1024, output_len=1, batch=1,
+                      **{**catalog.serve_plan_traits("rtx-4090", "llamacpp"), "fp16_accumulate": False})
+    assert serve(m, hw, prompt, params).ttft < serve(m, hw, plain, params).ttft

@@ -168,11 +168,9 @@ def serving_case(row: dict[str, str], catalog: Catalog, aliases: Aliases, source
     if not servers:
         return f"no server in the catalog holds {tp * pp} x {place.gpu} in one replica"
     hw = catalog.hardware(place.gpu, servers[0].id, None)
-    gpu = catalog.gpus[place.gpu]
     plan = ServePlan(tp=tp, pp=pp, precision=fmt.weights, kv_precision=fmt.kv, input_len=lengths[0],
                      output_len=lengths[1], batching=facts.get("batching") or assume.get("batching", "continuous"),
-                     memory_fraction=engine.memory_fraction, kv_fraction=engine.kv_fraction,
-                     max_seqs=engine.seq_cap(hw.device.memory, gpu.family))
+                     **catalog.serve_plan_traits(place.gpu, engine.id))  # type: ignore[arg-type]
     try:
         cap = max_batch(model := catalog.models[model_id].spec(), hw, plan)
         batch = cap if load[0] == "max" else (load[1] if load[0] in ("batch", "rate") else min(load[1], cap))
@@ -197,7 +195,7 @@ def serving_case(row: dict[str, str], catalog: Catalog, aliases: Aliases, source
         regime += ", variable lengths"
     config = (f"{model_id} {plan.precision}/{plan.kv_precision}-kv on {count} x {place.gpu} TP{tp} PP{pp} "
               f"[{engine_id}], {plan.input_len}/{plan.output_len}, {load[0]} batch {batch}")
-    return ServingCase(row["id"], source.id, engine_id, gpu.family, plan.precision, regime,
+    return ServingCase(row["id"], source.id, engine_id, catalog.gpus[place.gpu].family, plan.precision, regime,
                        config, model, hw, plan, terms, replicas / count if per_gpu else float(replicas), measured)
 
 

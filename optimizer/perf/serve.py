@@ -64,6 +64,7 @@ class ServePlan:
     kv_fraction: float = 0.9  # share of what is left after weights for the KV cache (TensorRT-LLM: 0.9)
     max_seqs: int = 0  # the engine's cap on sequences in flight (vLLM's max_num_seqs); 0: none
     reserved_memory: float = 2e9  # bytes per GPU: CUDA context, workspace, allocator slack
+    fp16_accumulate: bool = False  # 16-bit GEMMs accumulate in FP16 (GeForce: twice the FP32-accumulate rate)
 
     @property
     def gpus(self) -> int:
@@ -132,6 +133,15 @@ class ServeTimes:
     ttft: Num
     output_tokens_per_s: Num
     parts: dict
+
+
+def gemm_peak(dev: Device, plan: ServePlan) -> float:
+    """Dense FLOP/s of the weight GEMMs: the math precision's peak, or on a GPU that halves its
+    16-bit rate with FP32 accumulation (GeForce) the FP16-accumulate peak when the engine
+    accumulates in FP16 (llama.cpp's cuBLAS GEMMs: CUBLAS_COMPUTE_16F)."""
+    math = math_precision(dev, plan.precision)
+    fast = dev.peak("fp16_acc16") if plan.fp16_accumulate and math in ("fp16", "bf16") else None
+    return fast or dev.peak(math)  # type: ignore[return-value]
 
 
 def math_precision(dev: Device, precision: str) -> str:
@@ -258,7 +268,7 @@ def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> Serv
         prefill_weight_bytes=weight_bytes(m, plan.precision) / plan.gpus,
         prefill_comm_bw=layers * 2 * p_bw, prefill_comm_latency=layers * 2 * p_lat,
         prefill_send=(s * m.hidden * ACT_BYTES / link.effective_bw + link.latency) if plan.pp > 1 else 0.0,
-        stages=float(plan.pp), peak=dev.peak(math_precision(dev, plan.precision)),
+        stages=float(plan.pp), peak=gemm_peak(dev, plan),
         peak_16bit=dev.peak("bf16") or dev.peak("fp16"), mem_bw=dev.mem_bw,
     )
 
