@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import fnmatch
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -162,6 +163,37 @@ def read_kind(kind: Kind, data_dir: Path | None = None, required: tuple[str, ...
         if (data_dir / name).exists():
             rows += read_rows(data_dir / name, required)
     return rows
+
+
+def claimed(row: dict[str, str], sources: tuple[Source, ...], counts: tuple[str, ...]
+            ) -> tuple[Source, dict[str, Any]] | str:
+    """The row's source and the facts it states about the row, or why the row is not tried: no
+    source claims it, its source excludes it, or a count column cannot be read."""
+    source = source_of(row["id"], sources)
+    if source is None:
+        return "no source in calibration/sources.yaml claims this row's id"
+    facts = row_facts(row["id"], source)
+    if "exclude" in facts:
+        return str(facts["exclude"])
+    if bad := malformed_count(row, counts):
+        return bad
+    return source, facts
+
+
+def collect_cases(kind: Kind, build: Callable[[dict[str, str]], Any], sources: tuple[Source, ...],
+                  data_dir: Path | None = None) -> tuple[list[Any], list[tuple[str, str, str]]]:
+    """(cases, skipped) over every row of a kind: ``build`` returns a case or the reason it cannot be
+    expressed; skipped is (row id, source id, reason)."""
+    cases: list[Any] = []
+    skipped: list[tuple[str, str, str]] = []
+    for row in read_kind(kind, data_dir):
+        case = build(row)
+        if isinstance(case, str):
+            src = source_of(row["id"], sources)
+            skipped.append((row["id"], src.id if src else "", case))
+        else:
+            cases.append(case)
+    return cases, skipped
 
 
 def malformed_count(row: dict[str, str], columns: tuple[str, ...]) -> str | None:

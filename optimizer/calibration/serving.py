@@ -17,10 +17,8 @@ from typing import Any
 
 from optimizer.calibration.data import (
     Aliases,
-    malformed_count,
-    read_kind,
-    row_facts,
-    source_of,
+    claimed,
+    collect_cases,
     to_float,
     to_int,
 )
@@ -132,14 +130,10 @@ def _measured(row, ignore: tuple[str, ...]) -> tuple[tuple[str, float], ...]:
 
 def serving_case(row: dict[str, str], catalog: Catalog, aliases: Aliases, sources) -> ServingCase | str:
     """A row as a replica under a load, or the reason the model cannot express it."""
-    source = source_of(row["id"], sources)
-    if source is None:
-        return "no source in calibration/sources.yaml claims this row's id"
-    facts = row_facts(row["id"], source)
-    if "exclude" in facts:
-        return str(facts["exclude"])
-    if bad := malformed_count(row, ("gpu_count", "tp", "pp")):
-        return bad
+    found = claimed(row, sources, ("gpu_count", "tp", "pp"))
+    if isinstance(found, str):
+        return found
+    source, facts = found
     assume = source.assume
     model_id = facts.get("model") or aliases.models.get(row["model"])
     if model_id is None or model_id not in catalog.models:
@@ -201,12 +195,4 @@ def serving_case(row: dict[str, str], catalog: Catalog, aliases: Aliases, source
 
 def serving_cases(catalog: Catalog, aliases: Aliases, sources, data_dir=None):
     """(cases, skipped) over every serving row: skipped is (row id, source id, reason)."""
-    cases, skipped = [], []
-    for row in read_kind("serving", data_dir):
-        case = serving_case(row, catalog, aliases, sources)
-        if isinstance(case, str):
-            src = source_of(row["id"], sources)
-            skipped.append((row["id"], src.id if src else "", case))
-        else:
-            cases.append(case)
-    return cases, skipped
+    return collect_cases("serving", lambda row: serving_case(row, catalog, aliases, sources), sources, data_dir)

@@ -17,10 +17,8 @@ from typing import Any
 from optimizer.calibration.data import (
     Aliases,
     Source,
-    malformed_count,
-    read_kind,
-    row_facts,
-    source_of,
+    claimed,
+    collect_cases,
     to_float,
     to_int,
 )
@@ -223,14 +221,10 @@ COUNT_COLUMNS = ("gpu_count", "tp", "pp", "dp", "cp", "layers", "hidden", "heads
 
 def training_case(row: dict[str, str], catalog: Catalog, aliases: Aliases, sources) -> TrainingCase | str:
     """A row as a configuration, or the reason the model cannot express it."""
-    source = source_of(row["id"], sources)
-    if source is None:
-        return "no source in calibration/sources.yaml claims this row's id"
-    facts = row_facts(row["id"], source)
-    if "exclude" in facts:
-        return str(facts["exclude"])
-    if bad := malformed_count(row, COUNT_COLUMNS):
-        return bad
+    found = claimed(row, sources, COUNT_COLUMNS)
+    if isinstance(found, str):
+        return found
+    source, facts = found
     assume = {**source.assume, **notes_facts(row.get("notes", ""))}
     place = aliases.gpus.get(facts.get("gpu") or row["gpu"])
     if place is None or place.gpu not in catalog.gpus:
@@ -267,12 +261,4 @@ def training_case(row: dict[str, str], catalog: Catalog, aliases: Aliases, sourc
 
 def training_cases(catalog: Catalog, aliases: Aliases, sources, data_dir=None):
     """(cases, skipped) over every training row: skipped is (row id, source id, reason)."""
-    cases, skipped = [], []
-    for row in read_kind("training", data_dir):
-        case = training_case(row, catalog, aliases, sources)
-        if isinstance(case, str):
-            src = source_of(row["id"], sources)
-            skipped.append((row["id"], src.id if src else "", case))
-        else:
-            cases.append(case)
-    return cases, skipped
+    return collect_cases("training", lambda row: training_case(row, catalog, aliases, sources), sources, data_dir)
