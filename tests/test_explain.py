@@ -186,4 +186,4 @@ def test_shipped_problem_report_names_the_optimum(tmp_path):
                                   "--sweep-points", "3", "--workers", "1"])
     assert r.exit_code == 0, r.output
     html = out.read_text()
-    assert "h100-sxm, rtx-4090" in html and "$607,632" in html  # capex of the optimum (solve prints it)
+    assert "Serve with 4 × 4 h100-sxm" in html and "$540,000" in html  # the optimum and its capex (solve prints both)

@@ -117,16 +117,20 @@ def test_some_random_optima_mix_gpu_types():
     assert mixed >= 5
 
 
-def test_seed_problem_mixes_h100_and_4090_because_it_is_strictly_cheaper(catalog):
-    """On the shipped seed comparison the optimum mixes both machines and beats either alone."""
+def test_seed_problem_takes_the_cheaper_machine_and_never_costs_more_than_either_alone(catalog):
+    """On the shipped seed comparison (Llama-2 70B fp16 at 10k output tokens/s, TPOT 100 ms) the
+    optimum may mix both machines; with the calibrated vLLM overheads a TP=8 rig of 4090s without
+    peer-to-peer serves about 500 tokens/s at the TPOT limit against 2,500 for four H100s, so the
+    H100 servers alone are the answer and the 4090 rigs cost about half as much again."""
     tco = {}
     for name in ("llama2_70b_serving", "llama2_70b_serving_h100", "llama2_70b_serving_4090"):
         rec = recommend(load_problem(ROOT / "problems" / f"{name}.yaml", catalog), catalog)
         tco[name] = rec.solution.tco
         if name == "llama2_70b_serving":
             gpus = {rec.table.groups[p.group].gpu for p in rec.solution.purchases}
-    assert gpus == {"h100-sxm", "rtx-4090"}
-    assert tco["llama2_70b_serving"] < min(tco["llama2_70b_serving_h100"], tco["llama2_70b_serving_4090"]) * 0.99
+    assert tco["llama2_70b_serving"] <= min(tco["llama2_70b_serving_h100"], tco["llama2_70b_serving_4090"]) + 1e-6
+    assert gpus == {"h100-sxm"} and tco["llama2_70b_serving"] == pytest.approx(tco["llama2_70b_serving_h100"])
+    assert tco["llama2_70b_serving_4090"] > 1.3 * tco["llama2_70b_serving_h100"]
 
 
 def _write(tmp_path: Path, text: str) -> str:

@@ -57,7 +57,8 @@ def _support(result: FitResult, ds: Dataset, sens: dict[str, np.ndarray]) -> lis
 
 
 def _value(v: float, rows: int, sources: int) -> dict[str, Any]:
-    return {"value": float(round(v, 4 if abs(v) < 10 else 1)), "rows": rows, "sources": sources}
+    """Four significant figures: overheads of microseconds must not round to zero."""
+    return {"value": float(f"{v:.4g}"), "rows": rows, "sources": sources}
 
 
 def efficiency_yaml(table: EfficiencyFile, fits: dict[str, tuple[FitResult, Dataset, dict]], fitted: str) -> str:
