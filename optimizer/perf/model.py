@@ -150,6 +150,7 @@ def attention_flops_per_token_layer(m: ModelSpec, seq_len: int) -> float:
     return 2.0 * seq_len * m.heads * (m.qk_head_dim + m.attn_v_dim)
 
 
+@lru_cache(maxsize=256)  # pure function of a frozen spec; the planner calls it a million times
 def model_flops_per_token(m: ModelSpec, seq_len: int | None = None) -> float:
     """Training FLOPs per token (forward + backward = 3 × forward), no recomputation.
 
@@ -164,6 +165,7 @@ def model_flops_per_token(m: ModelSpec, seq_len: int | None = None) -> float:
     )
 
 
+@lru_cache(maxsize=256)  # pure function of a frozen spec; the planner calls it a million times
 def hardware_flops_per_token(m: ModelSpec, recompute: str, seq_len: int | None = None) -> float:
     """FLOPs the GPU executes per token, recomputation included (what HFU counts).
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -128,6 +129,13 @@ def optimizer_bytes(m: ModelSpec, plan: TrainPlan) -> float:
 
 
 def _flops_per_token(m: ModelSpec, plan: TrainPlan, tokens_mb: float) -> tuple[float, float, float, float]:
+    return _stage_flops(m, plan.tp, plan.pp, plan.ep, plan.recompute, plan.flash_attention, plan.seq_len or m.seq_len,
+                        tokens_mb)
+
+
+@lru_cache(maxsize=4096)  # pure; the planner asks for the same plan shape at every dp and on every server
+def _stage_flops(m: ModelSpec, tp: int, pp: int, ep: int, recompute: str, flash_attention: bool, s: int,
+                 tokens_mb: float) -> tuple[float, float, float, float]:
     """(GEMM FLOPs, GEMM FLOPs per unit of narrowest side, attention FLOPs, element-wise units) per
     token on one GPU of a stage.
 
@@ -140,28 +148,27 @@ def _flops_per_token(m: ModelSpec, plan: TrainPlan, tokens_mb: float) -> tuple[f
     width a token passes through per layer: the hidden size, the MLP's activation width, and the
     ``k`` copies an MoE layer routes; a third more when the forward runs twice.
     """
-    s = plan.seq_len or m.seq_len
     layers = m.layers
-    passes = 3.0 + (1.0 if plan.recompute == "full" else 0.0)  # forward, backward (2), recomputed forward
+    passes = 3.0 + (1.0 if recompute == "full" else 0.0)  # forward, backward (2), recomputed forward
     gemm, per_width = 0.0, 0.0
-    for flops, width in shape.gemm_shapes(m, plan.tp, plan.ep, tokens_mb):
+    for flops, width in shape.gemm_shapes(m, tp, ep, tokens_mb):
         gemm += passes * flops * layers
         per_width += passes * flops * layers / max(width, 1.0)
-    head = 6.0 * m.vocab * m.hidden / plan.tp
+    head = 6.0 * m.vocab * m.hidden / tp
     gemm += head
-    per_width += head / max(1.0, min(m.hidden, m.vocab / plan.tp, tokens_mb))
+    per_width += head / max(1.0, min(m.hidden, m.vocab / tp, tokens_mb))
     # executed attention: FlashAttention skips the masked half of a causal score matrix (and windowed
     # layers attend to at most their window); unfused kernels compute every score (Dao 2023, sec. 3)
-    executed = shape.attention_flops_per_token_layer(m, m.attended(s / 2.0 if plan.flash_attention else s))
+    executed = shape.attention_flops_per_token_layer(m, m.attended(s / 2.0 if flash_attention else s))
     attention = 3.0 * executed * layers
     routed = m.experts_active * m.hidden * m.moe_layers / layers if m.moe else 0.0
     elementwise = (m.hidden + mlp_activation_width(m) + routed) * layers
-    if plan.recompute == "full":
+    if recompute == "full":
         attention += executed * layers
         elementwise *= 4.0 / 3.0
-    elif plan.recompute == "selective":
+    elif recompute == "selective":
         attention += executed * layers
-    return gemm / plan.pp, per_width / plan.pp, attention / (plan.tp * plan.pp), elementwise / (plan.tp * plan.pp)
+    return gemm / pp, per_width / pp, attention / (tp * pp), elementwise / (tp * pp)
 
 
 def _check(m: ModelSpec, hw: Hardware, plan: TrainPlan) -> None:

@@ -16,7 +16,7 @@ from optimizer.catalog import Catalog
 from optimizer.perf.memory import training_memory
 from optimizer.perf.params import TrainParams
 from optimizer.perf.specs import Hardware, TrainPlan
-from optimizer.perf.train import train_step
+from optimizer.perf.train import step_time, train_terms
 from optimizer.plans import (
     Candidate,
     Group,
@@ -155,6 +155,7 @@ def _group_candidates(problem: Problem, group: Group, hw: Hardware, setup: Setup
     m, search = problem.model, problem.search
     capacity = hw.device.memory
     multi = group.fabric is not None
+    links = (hw, hw.oversubscribed(group.oversubscription))  # within one leaf, and across leaves
     tried = 0
     least: tuple[float, str] | None = None
     eps = [e for e in search.ep if e == 1 or (m.moe and e <= m.experts)] if m.moe else [1]
@@ -198,12 +199,14 @@ def _group_candidates(problem: Problem, group: Group, hw: Hardware, setup: Setup
                                 plan = replace(base, num_micro_batches=per_stage * pp, virtual_stages=v)
                                 if v > 1 and not _fits(problem, plan, capacity, setup.reserved, dp_fit):
                                     continue
-                                _add_bands(problem, group, hw, setup, plan, dp_fit, out, reasons, factor)
+                                _add_bands(problem, group, links, setup, plan, dp_fit, out, reasons, factor)
     return tried, least
 
 
-def _add_bands(problem: Problem, group: Group, hw: Hardware, setup: Setup, plan: TrainPlan, dp_fit: int,
-               out: list[Candidate], reasons: Counter, factor: float = 1.0) -> None:
+def _add_bands(problem: Problem, group: Group, links: tuple[Hardware, Hardware], setup: Setup, plan: TrainPlan,
+               dp_fit: int, out: list[Candidate], reasons: Counter, factor: float = 1.0) -> None:
+    """One candidate per node-count band of the plan's data-parallel range, rated at its slowest
+    step (the hot path of enumeration: step time only, memory was checked by the caller)."""
     mp = plan.unit_gpus
     span = _dp_range(problem, group, mp, plan.micro_batch * plan.num_micro_batches * plan.ep, dp_fit)
     if span is None:
@@ -214,21 +217,18 @@ def _add_bands(problem: Problem, group: Group, hw: Hardware, setup: Setup, plan:
     for band_lo, band_hi in _dp_bands(lo, hi, per_node, group.fabric is not None):
         worst = replace(plan, dp=band_hi * plan.ep)
         servers = math.ceil(band_hi * mp / group.slots)
-        band_hw = hw.oversubscribed(group.oversubscription) if group.spans_leaves(servers) else hw
-        result = train_step(problem.model, band_hw, worst, setup.params, setup.reserved)
+        terms = train_terms(problem.model, links[1] if group.spans_leaves(servers) else links[0], worst)
         # Communication grows with dp and the sharded optimizer step shrinks with it (∝ 1/dp under
         # ZeRO ≥ 1), so the slowest step anywhere in the band is at most step(dp_max) with
-        # dp_min's optimizer step (which the straggler allowance, ∝ log2 of the nodes, scales too).
-        opt = dict(result.breakdown)["optimizer"]
-        nodes = max(1, math.ceil(worst.gpus / band_hw.gpus_per_node))
-        straggle = 1.0 + setup.params.straggler * math.log2(nodes)
-        step = result.step_time + (opt * (band_hi / band_lo - 1.0) * straggle if plan.zero >= 1 else 0.0)
+        # dp_min's optimizer step (which the straggler allowance scales too).
+        step = float(step_time(replace(terms, optimizer_bytes=terms.optimizer_bytes * band_hi / band_lo)
+                               if plan.zero >= 1 else terms, setup.params).total)
         vp = f"v{plan.virtual_stages}" if plan.virtual_stages > 1 else ""
         cp = (f"-cp{plan.cp}" if plan.cp > 1 else "") + (f"-ep{plan.ep}" if plan.ep > 1 else "")
         key = (f"{group.key}/tp{plan.tp}-pp{plan.pp}{vp}{cp}-mb{plan.micro_batch}x{plan.num_micro_batches}"
                f"-{plan.recompute}-z{plan.zero}/dp{band_lo}-{band_hi}")
         out.append(Candidate(key, group.key, worst, band_lo, band_hi,
-                             result.tokens_per_step / band_hi / step * factor, 0.0))
+                             terms.tokens_per_step / band_hi / step * factor, 0.0))
 
 
 def with_memory(c: Candidate, problem: Problem, reserved: float) -> Candidate:
