@@ -269,15 +269,24 @@ def _serving_plan(rec: Recommendation) -> dict[str, Any]:
 def assumptions_used(rec: Recommendation, catalog: Catalog) -> list[str]:
     """The figures behind this answer that no source gives (prices and efficiency factors)."""
     out: list[str] = []
-    precision = rec.problem.precision if rec.problem.kind == "train" else None
+    # the kind, number format and stack of each workload a group runs (several workloads: their own)
+    problems = {ph.name: ph.problem for ph in rec.problem.phases} or {"": rec.problem}
+    runs: dict[str, set[tuple[str, str, str | None]]] = {}
+    for name, groups in rec.solution.usage().items():
+        p = problems[name]
+        for group in groups:
+            runs.setdefault(group, set()).update(
+                ("training", p.precision, p.stack) if p.kind == "train" else ("serving", fmt, p.stack)
+                for fmt in ((p.precision,) if p.kind == "train" else p.serve_precisions))
     for bought in rec.solution.purchases:
         g = rec.table.groups[bought.group]
         gpu, server = catalog.gpus[g.gpu], catalog.servers[g.server]
-        kind = "training" if precision else "serving"
-        gaps = catalog.resolve(kind, gpu.id, precision or "bf16", rec.problem.stack).extrapolated
-        if gaps:
-            out.append(f"{gpu.id} efficiency: no {kind} calibration rows for {' and '.join(gaps)}; borrowed "
-                       "values (catalogs/efficiency.yaml), wider band")
+        for kind, precision, stack in sorted(runs.get(bought.group, ()), key=str):
+            gaps = catalog.resolve(kind, gpu.id, precision, stack).extrapolated
+            line = (f"{gpu.id} efficiency: no {kind} calibration rows for {' and '.join(gaps)}; borrowed "
+                    "values (catalogs/efficiency.yaml), wider band")
+            if gaps and line not in out:
+                out.append(line)
         for what, price in ((gpu.id, gpu.price), (server.id, server.price)):
             if price.assumption:
                 out.append(f"{what} price ${price.usd:,.0f}: {price.source}")

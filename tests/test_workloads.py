@@ -73,7 +73,9 @@ def test_switches_are_counted_once_when_several_jobs_span_servers(catalog, tmp_p
     """Two training jobs that each span servers of one group need one switch between them, not
     one each: at a looser power cap the answer used to buy a second leaf the re-check refused."""
     path = tmp_path / "p.yaml"
-    path.write_text(PROBLEM.read_text().replace("power_cap_kw: 40", "power_cap_kw: 80"))
+    text = PROBLEM.read_text()
+    assert "power_cap_kw: 45" in text
+    path.write_text(text.replace("power_cap_kw: 45", "power_cap_kw: 80"))
     problem, priced = load_priced(path, catalog)
     rec = recommend(problem, priced)  # raises SolverError if the re-check disagrees
     spanning = {c.group for c, dp in rec.solution.plans if c.gpus_per_replica * dp > rec.table.groups[c.group].slots}
@@ -236,3 +238,18 @@ def test_random_instances_mix_sequential_and_concurrent_work():
         kinds.add(len(targets.overlaps) > 1)  # some workloads follow each other
         kinds.add(("together", any(len(s) > 1 for s in targets.overlaps)))
     assert kinds >= {True, False, ("together", True)}
+
+
+def test_each_workload_keeps_its_own_stack_in_the_report(catalog, tmp_path):
+    """A training stack named on one workload is not taken for the serving workloads' engine, and the
+    assumptions name the efficiency each GPU borrows for the work it does."""
+    from optimizer.report import assumptions_used
+
+    path = tmp_path / "p.yaml"
+    named = "  - name: pretrain\n    stack: megatron-core\n"
+    path.write_text(PROBLEM.read_text().replace("  - name: pretrain\n", named))
+    problem, priced = load_priced(path, catalog)
+    assert problem.phases[0].problem.stack == "megatron-core"
+    lines = assumptions_used(recommend(problem, priced), priced)  # raised CatalogError before
+    assert any("efficiency: no training calibration rows" in line for line in lines)
+    assert not any("rtx-3090 efficiency: no training" in line for line in lines)  # it only serves
