@@ -162,7 +162,10 @@ class Efficiency:
 
     def default_stack(self, kind: Kind, vendor: str) -> str:
         choices = self.defaults.get(kind, {})
-        return choices.get(vendor) or choices["NVIDIA"]
+        if vendor not in choices:
+            raise CatalogError(f"stacks.yaml: no default {kind} stack for {vendor} GPUs. To fix: add "
+                               f"'{vendor}: <id>' under defaults.{kind}, or name one with stack/engine.")
+        return choices[vendor]
 
     def chain(self, kind: Kind, ident: str) -> list[str]:
         """The stack and those it is like, most specific first."""

@@ -143,3 +143,15 @@ def test_estimate_default_global_batch_fits_any_dp():
     out = json.loads(r.output)
     assert out["fits"] and out["tokens_per_step"] % (32 * 4096) == 0
     assert 10 < out["days"] < 60
+
+
+def test_serving_fits_only_within_the_engines_share_of_memory():
+    """vLLM takes 0.9 of the GPU (gpu_memory_utilization): its largest batch fits, one more does not,
+    and the capacity printed is that share, not the whole card."""
+    args = ["estimate", "serve", "--model", "llama2-7b", "--gpu", "h100-sxm", "--gpus", "1", "--engine", "vllm",
+            "--input-len", "512", "--output-len", "256", "--format", "json"]
+    top = json.loads(CliRunner().invoke(main, args).output)
+    assert top["memory_capacity_gb"] == pytest.approx(0.9 * 80)
+    at = json.loads(CliRunner().invoke(main, [*args, "--batch", str(top["max_batch"])]).output)
+    over = json.loads(CliRunner().invoke(main, [*args, "--batch", str(top["max_batch"] + 1)]).output)
+    assert at["fits"] and not over["fits"]

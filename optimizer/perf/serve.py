@@ -77,7 +77,7 @@ class ServeResult:
     max_batch: int
     batch: int
     memory_per_gpu: float  # bytes at ``batch``
-    memory_capacity: float
+    memory_capacity: float  # bytes per GPU the engine may use (vLLM: gpu_memory_utilization of it)
     memory_breakdown: tuple[tuple[str, float], ...]
     ttft: float  # s, prefill of one prompt, plus the decode step in progress when the replica is busy
     tpot: float  # s, mean time between output tokens of one sequence at ``batch``
@@ -363,11 +363,11 @@ def serve(m: ModelSpec, hw: Hardware, plan: ServePlan, params: ServeParams) -> S
     times = serve_time(serve_terms(m, hw, plan, batch), params)
     rate = float(times.output_tokens_per_s)
     return ServeResult(
-        fits=sum(memory.values()) <= hw.device.memory and cap >= 1,
+        fits=sum(memory.values()) <= hw.device.memory * plan.memory_fraction and cap >= 1,
         max_batch=cap,
         batch=batch,
         memory_per_gpu=sum(memory.values()),
-        memory_capacity=hw.device.memory,
+        memory_capacity=hw.device.memory * plan.memory_fraction,  # the engine's share of the GPU
         memory_breakdown=tuple(memory.items()),
         ttft=float(times.ttft),
         tpot=float(times.tpot),
