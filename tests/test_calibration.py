@@ -13,7 +13,7 @@ import yaml
 from click.testing import CliRunner
 
 from optimizer.calibration import crossval
-from optimizer.calibration.bands import bands, coverage, ratio_quantiles
+from optimizer.calibration.bands import coverage, ratio_quantiles
 from optimizer.calibration.data import (
     SERVING_FILES,
     TRAINING_FILES,
@@ -78,7 +78,7 @@ def test_names_map_to_catalog_ids(catalog):
     aliases = load_aliases()
     assert set(aliases.models.values()) <= set(catalog.models)
     for place in aliases.gpus.values():
-        assert place.gpu in catalog.gpus or place.gpu == "h100-sxm-96gb-500w", place.gpu
+        assert place.gpu in catalog.gpus, place.gpu
     assert set(aliases.engines.values()) <= set(catalog.efficiency.engines)
     for s in load_sources():
         table = catalog.efficiency.stacks if s.kind == "training" else catalog.efficiency.engines
@@ -153,7 +153,7 @@ def _median_p90(comparisons):
 
 
 # Out-of-source accuracy today (gpuopt validate --cv source, 2026-11-24: training 350 rows from 23
-# sources, median 9.2 % / p90 27.0 %; serving 943 rows from 19 sources, 18.3 % / 67.0 %), with a small
+# sources, median 9.7 % / p90 27.2 %; serving 943 rows from 19 sources, 18.3 % / 67.0 %), with a small
 # margin: regression guards. Issue 13's targets (training median 10 % / p90 25 %, serving 10 % / 30 %)
 # are in the README beside the figures reached.
 GUARDS = {"training": (0.10, 0.29), "serving": (0.20, 0.72)}
@@ -166,19 +166,17 @@ def test_out_of_source_accuracy_does_not_regress(validations, kind):
     assert len({c.source for c in main_rows}) >= 12
     median, p90 = _median_p90(main_rows)
     assert median <= GUARDS[kind][0] and p90 <= GUARDS[kind][1], (median, p90)
-    inside, _ = _median_p90(v.in_sample)
+    inside, _ = _median_p90([c for c in v.in_sample if c.metric not in ("ttft_ms", "tpot_ms")])
     assert inside <= median + 1e-9  # fitting what you predict is easier: out-of-source is the honest figure
 
 
 def test_bands_cover_new_sources_and_widen_for_extrapolation(validations, catalog):
     for kind, v in validations.items():
         cov = coverage(list(v.out_of_source))
-        assert cov["all"] >= 0.75, (kind, cov["all"])  # issue 13's target is 85 %
-        b = bands(list(v.out_of_source))
-        cal, ext = b["calibrated"]["ratio_quantiles"], b["extrapolated"]["ratio_quantiles"]
-        assert ext[5] <= cal[5] and ext[95] >= cal[95]
+        # issue 13's target is 85 %; each group's band is judged on rows it never saw
+        assert min(cov["all"], cov["calibrated"], cov["extrapolated"]) >= 0.75, (kind, cov)
         band = catalog.band(kind, extrapolated=True)
-        assert band.ratio(5) <= catalog.band(kind).ratio(5)
+        assert band.ratio(5) <= catalog.band(kind).ratio(5) and band.ratio(95) >= catalog.band(kind).ratio(95)
 
 
 def test_weighted_quantiles_weigh_sources_not_rows():
@@ -191,16 +189,12 @@ def test_weighted_quantiles_weigh_sources_not_rows():
     assert q[5] == pytest.approx(1.0)
 
 
-def test_fit_is_deterministic(datasets, catalog):
-    ds = datasets["training"]
-    a, b = crossval.fit_all(ds, catalog), crossval.fit_all(ds, catalog)
-    assert np.array_equal(a.x, b.x)
-
-
 def test_percentile_matches_numpy_linear():
-    assert percentile([1, 2, 3, 4], 50) == 2.5
-    assert percentile([0, 10], 90) == 9
-    assert percentile([5], 90) == 5
+    rng = np.random.default_rng(7)
+    for n in (1, 2, 5, 40):
+        values = list(rng.lognormal(size=n))
+        for q in (5, 50, 90, 95):
+            assert percentile(values, q) == pytest.approx(float(np.percentile(values, q)))
 
 
 def test_validate_cli_formats():

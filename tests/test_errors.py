@@ -192,3 +192,43 @@ def test_validate_explains_rows_it_cannot_read(tmp_path):
     (tmp_path / "aliases.yaml").unlink()
     r = run("validate", "--data", str(tmp_path), "--kind", "serving")
     assert r.exit_code == 2 and "aliases.yaml" in r.output and "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("part, old, new, words", [
+    ("sources", "stack: vllm", "stack: vlm", ["unknown serving engine 'vlm'", "vllm"]),
+    ("aliases", "engines:\n", "engines:\n  \"^SGLang(\": sglang\n", ["aliases.yaml", "not a regular expression"]),
+    ("csv", ",notes", "", ["serving_runs.csv", "missing column(s) notes"]),
+    ("csv", ",src,n", ",src", ["serving_runs.csv", "line 2 (x1)", "18 cells"]),
+])
+def test_calibration_data_that_cannot_be_read_is_named(tmp_path, part, old, new, words):
+    """An unknown engine, a broken pattern, a missing column or a short row: a message, exit 2."""
+    shipped = Path(__file__).parents[1] / "calibration"
+    header = (shipped / "serving_runs.csv").read_text().splitlines()[0]
+    files = {"aliases": (shipped / "aliases.yaml").read_text(),
+             "sources": "schema_version: 1\nsources:\n  - {id: mine, title: my runs, where: lab notebook, "
+                        "date: '2026-11', kind: serving, prefixes: [x], stack: vllm}\n",
+             "csv": f"{header}\nx1,Llama-3.1-8B,8,FP8,L40S,1,1,1,e,128,128,max load,100,,,,src,n\n"}
+    assert old in files[part]
+    files[part] = files[part].replace(old, new, 1)
+    (tmp_path / "aliases.yaml").write_text(files["aliases"])
+    (tmp_path / "sources.yaml").write_text(files["sources"])
+    (tmp_path / "serving_runs.csv").write_text(files["csv"])
+    r = run("validate", "--data", str(tmp_path), "--kind", "serving")
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    for w in words:
+        assert w in r.output, (w, r.output)
+
+
+def test_a_measurement_that_is_not_a_positive_number_is_not_compared(tmp_path):
+    shipped = Path(__file__).parents[1] / "calibration"
+    (tmp_path / "aliases.yaml").write_text((shipped / "aliases.yaml").read_text())
+    (tmp_path / "sources.yaml").write_text(
+        "schema_version: 1\nsources:\n  - {id: mine, title: my runs, where: lab notebook, date: '2026-11',"
+        " kind: serving, prefixes: [x], stack: vllm}\n")
+    header = (shipped / "serving_runs.csv").read_text().splitlines()[0]
+    rows = [f"x{i},Llama-3.1-8B,8,FP8,L40S,1,1,1,e,128,128,max load,{v},,,,src,n"
+            for i, v in enumerate(("-100", "nan"))]
+    (tmp_path / "serving_runs.csv").write_text("\n".join([header, *rows]) + "\n")
+    r = run("validate", "--data", str(tmp_path), "--kind", "serving", "--rows")
+    assert r.exit_code == 0 and "Traceback" not in r.output, r.output
+    assert r.output.count("no measured throughput or latency in the row") == 2

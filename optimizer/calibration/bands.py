@@ -16,10 +16,9 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from optimizer.calibration.data import Comparison
+from optimizer.calibration.data import THROUGHPUT, Comparison
+from optimizer.catalog import QUANTILES
 
-QUANTILES = (5, 10, 20, 25, 50, 75, 80, 90, 95)
-THROUGHPUT = ("output_tokens_per_s", "total_tokens_per_s", "mfu", "tflops_per_gpu", "tokens_per_s_per_gpu")
 MIN_SOURCES = 3  # a group needs this many sources for a band of its own
 
 
@@ -98,4 +97,5 @@ def coverage(comparisons: list[Comparison], low: int = 5, high: int = 95) -> dic
             hits["all"].append(inside)
             hits[group_of(c)].append(inside)
             hits[f"regime: {c.regime}"].append(inside)
+            hits[f"source: {c.source}"].append(inside)
     return {k: sum(v) / len(v) for k, v in sorted(hits.items())}

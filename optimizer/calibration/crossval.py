@@ -14,7 +14,7 @@ import numpy as np
 from scipy.sparse import lil_matrix
 
 from optimizer.calibration import fit as fitting
-from optimizer.calibration.data import Comparison, load_aliases, load_sources
+from optimizer.calibration.data import LATENCY, Comparison, load_aliases, load_sources
 from optimizer.calibration.serving import serving_cases
 from optimizer.calibration.training import training_cases
 from optimizer.catalog import Catalog
@@ -23,8 +23,6 @@ from optimizer.perf.serve import ServeTerms, serve_time
 from optimizer.perf.train import TrainTerms, step_time
 
 TRAIN_METRICS = ("mfu", "tflops_per_gpu", "tokens_per_s_per_gpu")
-SERVE_METRICS = ("output_tokens_per_s", "total_tokens_per_s", "ttft_ms", "tpot_ms")
-LATENCY = ("ttft_ms", "tpot_ms")
 LATENCY_WEIGHT = 0.5  # a latency counts half as much as a throughput in a source's weight
 
 

@@ -12,18 +12,28 @@ from __future__ import annotations
 import csv
 import fnmatch
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from optimizer.errors import ProblemError
 from optimizer.validation import read_yaml, validate
 
 Kind = Literal["training", "serving"]
+THROUGHPUT = ("output_tokens_per_s", "total_tokens_per_s", "mfu", "tflops_per_gpu", "tokens_per_s_per_gpu")
+LATENCY = ("ttft_ms", "tpot_ms")
 TRAINING_FILES = ("training_runs.csv", "training_runs_2.csv", "training_runs_3.csv", "training_runs_4.csv")
+TRAINING_COLUMNS = ("id", "model", "params_b", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "seq_len",
+                    "vocab", "tokens_b", "gpu", "gpu_count", "tp", "pp", "dp", "cp", "global_batch_tokens_or_seqs",
+                    "micro_batch", "recompute", "zero_stage", "precision", "achieved_tflops_per_gpu", "mfu_pct",
+                    "hfu_pct", "tokens_per_sec_per_gpu", "wall_clock_days", "gpu_hours", "source", "notes")
+SERVING_COLUMNS = ("id", "model", "params_b", "precision", "gpu", "gpu_count", "tp", "pp", "engine", "input_len",
+                   "output_len", "batch_or_concurrency", "throughput_output_tok_s", "throughput_total_tok_s", "ttft_ms",
+                   "tpot_ms", "source", "notes")
 SERVING_FILES = ("serving_runs.csv", "serving_runs_2.csv", "serving_runs_3.csv", "serving_runs_4.csv")
 
 
@@ -73,6 +83,16 @@ class Aliases(_Strict):
     precisions: dict[str, Format]  # serving precision labels → weight and KV formats
     training_precisions: dict[str, str] = {}  # training precision labels → bf16 | fp16 | fp8 | fp4
     engines: dict[str, str] = {}  # regular expression on a row's engine text → engine id (first match wins)
+
+    @field_validator("engines")
+    @classmethod
+    def _patterns_compile(cls, engines: dict[str, str]) -> dict[str, str]:
+        for pattern in engines:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"'{pattern}' is not a regular expression ({exc})") from exc
+        return engines
 
 
 @dataclass(frozen=True)
@@ -150,13 +170,23 @@ def read_rows(path: Path, required: tuple[str, ...]) -> list[dict[str, str]]:
             if missing:
                 raise ProblemError(f"{path}: missing column(s) {', '.join(missing)}. "
                                    f"To fix: a calibration CSV needs {', '.join(required)}.")
-            return list(reader)
+            rows = list(reader)
     except FileNotFoundError:
         raise ProblemError(f"{path}: no such file. To fix: check the path.") from None
+    except UnicodeDecodeError as exc:
+        raise ProblemError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}). "
+                           "To fix: save the file as UTF-8.") from None
+    width = len(reader.fieldnames or [])
+    for line, row in enumerate(rows, start=2):
+        if None in row or None in row.values():
+            raise ProblemError(f"{path}: line {line} ({row.get('id') or 'no id'}) does not have the header's {width} "
+                               "cells. To fix: quote cells that hold commas, and fill every column (empty is fine).")
+    return rows
 
 
-def read_kind(kind: Kind, data_dir: Path | None = None, required: tuple[str, ...] = ("id",)) -> list[dict[str, str]]:
-    """Every row of a kind, from every file of that kind that exists."""
+def read_kind(kind: Kind, data_dir: Path | None = None) -> list[dict[str, str]]:
+    """Every row of a kind, from every file of that kind that exists; each file has every column."""
+    required = TRAINING_COLUMNS if kind == "training" else SERVING_COLUMNS
     data_dir = data_dir or default_data_dir()
     rows: list[dict[str, str]] = []
     for name in TRAINING_FILES if kind == "training" else SERVING_FILES:
@@ -210,6 +240,12 @@ def to_int(value: Any) -> int | None:
         return int(str(value).replace(",", "").strip())
     except (TypeError, ValueError):
         return None
+
+
+def measured_value(text: str | None) -> float | None:
+    """A measurement cell: a finite number above zero, else None (not a measurement)."""
+    value = to_float(text)
+    return value if value is not None and math.isfinite(value) and value > 0 else None
 
 
 def to_float(value: Any) -> float | None:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, fields
-from typing import Any
 
 import numpy as np
 from scipy.optimize import least_squares
@@ -187,20 +186,6 @@ class FitResult:
     layout: Layout
     x: np.ndarray
     cost: float
-
-    def table(self) -> dict[str, dict[str, Any]]:
-        """Fitted values by parameter: default, hardware keys, stack keys (rounded for the catalog)."""
-        out: dict[str, dict[str, Any]] = {}
-        for s, v in zip(self.layout.slots, self.x, strict=True):
-            entry = out.setdefault(s.param, {"default": None, "hardware": {}, "stacks": {}})
-            value = float(round(v, 4 if abs(v) < 10 else 1))
-            if s.key == "default":
-                entry["default"] = value
-            elif s.key.startswith("hw:"):
-                entry["hardware"][s.key[3:]] = value
-            else:
-                entry["stacks"][s.key[6:]] = value
-        return out
 
 
 def robust(r: np.ndarray) -> np.ndarray:

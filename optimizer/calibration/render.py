@@ -7,11 +7,9 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
-from optimizer.calibration.bands import THROUGHPUT, coverage, group_of
+from optimizer.calibration.bands import coverage, group_of
 from optimizer.calibration.crossval import Validation
-from optimizer.calibration.data import Comparison, percentile
-
-LATENCY = ("ttft_ms", "tpot_ms")
+from optimizer.calibration.data import LATENCY, THROUGHPUT, Comparison, percentile
 
 
 def _errors(comparisons: list[Comparison]) -> dict[str, float]:
@@ -63,27 +61,14 @@ def summary(v: Validation) -> dict[str, Any]:
                            "skipped_rows": len(v.skipped), "coverage_90": cov.get("all"), "lines": []}
     for section, label, oos, ins in _groups(v):
         o, i = _errors(oos), _errors(ins)
-        key = f"regime: {label}" if section == "by regime" else label
+        key = {"by regime": f"regime: {label}", "by source": f"source: {label}"}.get(section, label)
         out["lines"].append({
             "section": section, "label": label, "sources": len({c.source for c in oos}), "rows": o["rows"],
             "out_of_source": {"median": o["median"], "p90": o["p90"]},
             "in_sample": {"median": i["median"], "p90": i["p90"]},
-            "coverage_90": (cov.get("all") if label.startswith("all") else cov.get(key)
-                            if section in ("by regime", "by calibration") else _source_coverage(oos, v)),
+            "coverage_90": cov.get("all") if label.startswith("all") else cov.get(key),
         })
     return out
-
-
-def _source_coverage(oos: list[Comparison], v: Validation) -> float | None:
-    if not oos or oos[0].metric not in THROUGHPUT:
-        return None
-    from optimizer.calibration.bands import bands
-
-    others = [c for c in v.out_of_source if c.source != oos[0].source]
-    band = bands(others)
-    inside = [band[group_of(c)]["ratio_quantiles"][5] <= c.measured / c.predicted
-              <= band[group_of(c)]["ratio_quantiles"][95] for c in oos]
-    return sum(inside) / len(inside)
 
 
 def _pct(x: float | None) -> str:

@@ -19,6 +19,7 @@ from optimizer.calibration.data import (
     Aliases,
     claimed,
     collect_cases,
+    measured_value,
     to_float,
     to_int,
 )
@@ -120,7 +121,7 @@ def _measured(row, ignore: tuple[str, ...]) -> tuple[tuple[str, float], ...]:
     for metric, column in (("output_tokens_per_s", "throughput_output_tok_s"),
                            ("total_tokens_per_s", "throughput_total_tok_s"), ("ttft_ms", "ttft_ms"),
                            ("tpot_ms", "tpot_ms")):
-        value = to_float(row[column])
+        value = measured_value(row[column])
         if value and metric not in ignore:
             out.append((metric, value))
     if any(m == "output_tokens_per_s" for m, _ in out):
@@ -156,15 +157,15 @@ def serving_case(row: dict[str, str], catalog: Catalog, aliases: Aliases, source
     pp = to_int(row["pp"]) or (count if split == "layer" else 1)
     if count % (tp * pp):
         return f"{count} GPUs is not a multiple of TP {tp} x PP {pp}"
-    engine_id = facts.get("engine") or engine_of(row["engine"], aliases) or source.stack
-    engine = catalog.efficiency.engines[engine_id]
+    named = facts.get("engine") or engine_of(row["engine"], aliases) or source.stack
+    engine_id = catalog.stack("serving", named, place.gpu).id  # CatalogError, with a suggestion, if unknown
     servers = [s for s in catalog.servers_for(place.gpu) if s.slots >= tp * pp and place.server in (None, s.id)]
     if not servers:
         return f"no server in the catalog holds {tp * pp} x {place.gpu} in one replica"
     hw = catalog.hardware(place.gpu, servers[0].id, None)
     plan = ServePlan(tp=tp, pp=pp, precision=fmt.weights, kv_precision=fmt.kv, input_len=lengths[0],
                      output_len=lengths[1], batching=facts.get("batching") or assume.get("batching", "continuous"),
-                     **catalog.serve_plan_traits(place.gpu, engine.id))  # type: ignore[arg-type]
+                     **catalog.serve_plan_traits(place.gpu, engine_id))  # type: ignore[arg-type]
     try:
         cap = max_batch(model := catalog.models[model_id].spec(), hw, plan)
         batch = cap if load[0] == "max" else (load[1] if load[0] in ("batch", "rate") else min(load[1], cap))

@@ -19,7 +19,7 @@ from optimizer.calibration.data import (
     Source,
     claimed,
     collect_cases,
-    to_float,
+    measured_value,
     to_int,
 )
 from optimizer.catalog import Catalog
@@ -173,7 +173,10 @@ def _layout(row, facts, assume, count: int | None) -> dict[str, int] | str:
     return {"gpus": count, "tp": tp, "pp": pp, "cp": cp, "dp": count // (tp * pp * cp)}
 
 
-def _plan(row, facts, assume, layout: dict[str, int], seq: int, aliases: Aliases) -> TrainPlan | str:
+def _plan(row, facts, assume, layout: dict[str, int], seq: int, aliases: Aliases,
+          traits: dict[str, Any]) -> TrainPlan | str:
+    """The row's plan; what the row and its source leave open comes from the stack's traits
+    (``catalog.train_plan_traits``, as an estimate or a plan on that stack gets them)."""
     mb = _get(row, facts, assume, "micro_batch", "micro_batch",
               parse=lambda v: to_int(re.match(r"\s*(\d+)", v).group(1)) if re.match(r"\s*(\d+)", v) else None)
     gb = _global_batch(row, facts, assume, seq)
@@ -190,17 +193,16 @@ def _plan(row, facts, assume, layout: dict[str, int], seq: int, aliases: Aliases
     return TrainPlan(tp=layout["tp"], pp=layout["pp"], dp=dp, cp=layout["cp"], ep=ep, micro_batch=mb,
                      num_micro_batches=gb // (mb * dp), recompute=recompute, sequence_parallel=layout["tp"] > 1,
                      zero=zero, precision=precision, seq_len=seq,
-                     flash_attention=bool(_get(row, facts, assume, "flash_attention") if
-                                          _get(row, facts, assume, "flash_attention") is not None else True),
                      virtual_stages=int(_get(row, facts, assume, "virtual_stages") or 1),
-                     grad_reduce_bytes=int(_get(row, facts, assume, "grad_reduce_bytes") or 4))
+                     **{key: default if (stated := _get(row, facts, assume, key)) is None else type(default)(stated)
+                        for key, default in traits.items()})
 
 
 def _measured(row, facts, source: Source, terms: TrainTerms, plan: TrainPlan, hw: Hardware):
     """(metric, measured value, scale) with predicted = scale / step time."""
     wanted = facts.get("metric")
     for metric, column, unit in METRICS:
-        value = to_float(row[column])
+        value = measured_value(row[column])
         if not value or (wanted and metric != wanted):
             continue
         per_gpu_tokens = terms.tokens_per_step / plan.gpus
@@ -236,7 +238,8 @@ def training_case(row: dict[str, str], catalog: Catalog, aliases: Aliases, sourc
     if isinstance(layout, str):
         return layout
     seq = _get(row, facts, assume, "seq_len", "seq_len") or model.seq_len
-    plan = _plan(row, facts, assume, layout, seq, aliases)
+    stack = catalog.stack("training", facts.get("stack") or source.stack, place.gpu).id
+    plan = _plan(row, facts, assume, layout, seq, aliases, catalog.train_plan_traits(place.gpu, stack))
     if isinstance(plan, str):
         return plan
     servers = [s for s in catalog.servers_for(place.gpu) if place.server in (None, s.id)]
@@ -253,7 +256,6 @@ def training_case(row: dict[str, str], catalog: Catalog, aliases: Aliases, sourc
     if measured is None:
         return "no measured figure in the row"
     metric, value, scale = measured
-    stack = facts.get("stack") or source.stack
     config = f"{model.name} on {plan.gpus} x {place.gpu} [{stack}]: {plan.describe()}, seq {plan.seq_len}"
     return TrainingCase(row["id"], source.id, stack, catalog.gpus[place.gpu].family, plan.precision,
                         regime(plan, model, hw), config, model, hw, plan, metric, value, terms, scale)
