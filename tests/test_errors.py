@@ -175,16 +175,27 @@ def test_inline_model_errors_name_the_shape_not_the_union(tmp_path):
     assert "str" not in r.output.split("workload.model")[1].split(":")[0] and "function-after" not in r.output
 
 
+SHIPPED = Path(__file__).parents[1] / "calibration"
+MINE = ("schema_version: 1\nsources:\n  - {id: mine, title: my runs, where: lab notebook, date: '2026-11',"
+        " kind: serving, prefixes: [x], stack: vllm}\n")
+
+
+def _own_runs(folder: Path, rows: list[str], *, sources: str = MINE, aliases: str | None = None,
+              header: str | None = None) -> None:
+    """A folder of one's own serving runs, as `validate --data DIR` reads it."""
+    (folder / "aliases.yaml").write_text(aliases if aliases is not None else (SHIPPED / "aliases.yaml").read_text())
+    (folder / "sources.yaml").write_text(sources)
+    header = header or (SHIPPED / "serving_runs.csv").read_text().splitlines()[0]
+    (folder / "serving_runs.csv").write_text("\n".join([header, *rows]) + "\n")
+
+
+def _row(i: int = 1, gpus: str = "1", throughput: str = "100", tail: str = ",src,n") -> str:
+    return f"x{i},Llama-3.1-8B,8,FP8,L40S,{gpus},1,1,e,128,128,max load,{throughput},,,{tail}"
+
+
 def test_validate_explains_rows_it_cannot_read(tmp_path):
     """A folder of one's own runs: a row with an unreadable cell is listed with the column and the value."""
-    shipped = Path(__file__).parents[1] / "calibration"
-    (tmp_path / "aliases.yaml").write_text((shipped / "aliases.yaml").read_text())
-    (tmp_path / "sources.yaml").write_text(
-        "schema_version: 1\nsources:\n  - {id: mine, title: my runs, where: lab notebook, date: '2026-11',"
-        " kind: serving, prefixes: [x], stack: vllm}\n")
-    header = (shipped / "serving_runs.csv").read_text().splitlines()[0]
-    row = "x1,Llama-3.1-8B,8,FP8,L40S,one,1,1,e,128,128,max load,100,,,,src,n"
-    (tmp_path / "serving_runs.csv").write_text(f"{header}\n{row}\n")
+    _own_runs(tmp_path, [_row(gpus="one")])
     r = run("validate", "--data", str(tmp_path), "--kind", "serving", "--rows")
     assert r.exit_code == 0, r.output
     assert "x1 [mine]: column 'gpu_count' is not a positive whole number ('one')" in r.output
@@ -197,22 +208,16 @@ def test_validate_explains_rows_it_cannot_read(tmp_path):
 @pytest.mark.parametrize("part, old, new, words", [
     ("sources", "stack: vllm", "stack: vlm", ["unknown serving engine 'vlm'", "vllm"]),
     ("aliases", "engines:\n", "engines:\n  \"^SGLang(\": sglang\n", ["aliases.yaml", "not a regular expression"]),
-    ("csv", ",notes", "", ["serving_runs.csv", "missing column(s) notes"]),
-    ("csv", ",src,n", ",src", ["serving_runs.csv", "line 2 (x1)", "18 cells"]),
+    ("header", ",notes", "", ["serving_runs.csv", "missing column(s) notes"]),
+    ("row", ",src,n", ",src", ["serving_runs.csv", "line 2 (x1)", "18 cells"]),
 ])
 def test_calibration_data_that_cannot_be_read_is_named(tmp_path, part, old, new, words):
     """An unknown engine, a broken pattern, a missing column or a short row: a message, exit 2."""
-    shipped = Path(__file__).parents[1] / "calibration"
-    header = (shipped / "serving_runs.csv").read_text().splitlines()[0]
-    files = {"aliases": (shipped / "aliases.yaml").read_text(),
-             "sources": "schema_version: 1\nsources:\n  - {id: mine, title: my runs, where: lab notebook, "
-                        "date: '2026-11', kind: serving, prefixes: [x], stack: vllm}\n",
-             "csv": f"{header}\nx1,Llama-3.1-8B,8,FP8,L40S,1,1,1,e,128,128,max load,100,,,,src,n\n"}
+    files = {"sources": MINE, "aliases": (SHIPPED / "aliases.yaml").read_text(),
+             "header": (SHIPPED / "serving_runs.csv").read_text().splitlines()[0], "row": _row()}
     assert old in files[part]
     files[part] = files[part].replace(old, new, 1)
-    (tmp_path / "aliases.yaml").write_text(files["aliases"])
-    (tmp_path / "sources.yaml").write_text(files["sources"])
-    (tmp_path / "serving_runs.csv").write_text(files["csv"])
+    _own_runs(tmp_path, [files["row"]], sources=files["sources"], aliases=files["aliases"], header=files["header"])
     r = run("validate", "--data", str(tmp_path), "--kind", "serving")
     assert r.exit_code == 2 and "Traceback" not in r.output, r.output
     for w in words:
@@ -220,15 +225,7 @@ def test_calibration_data_that_cannot_be_read_is_named(tmp_path, part, old, new,
 
 
 def test_a_measurement_that_is_not_a_positive_number_is_not_compared(tmp_path):
-    shipped = Path(__file__).parents[1] / "calibration"
-    (tmp_path / "aliases.yaml").write_text((shipped / "aliases.yaml").read_text())
-    (tmp_path / "sources.yaml").write_text(
-        "schema_version: 1\nsources:\n  - {id: mine, title: my runs, where: lab notebook, date: '2026-11',"
-        " kind: serving, prefixes: [x], stack: vllm}\n")
-    header = (shipped / "serving_runs.csv").read_text().splitlines()[0]
-    rows = [f"x{i},Llama-3.1-8B,8,FP8,L40S,1,1,1,e,128,128,max load,{v},,,,src,n"
-            for i, v in enumerate(("-100", "nan"))]
-    (tmp_path / "serving_runs.csv").write_text("\n".join([header, *rows]) + "\n")
+    _own_runs(tmp_path, [_row(i, throughput=v) for i, v in enumerate(("-100", "nan"))])
     r = run("validate", "--data", str(tmp_path), "--kind", "serving", "--rows")
     assert r.exit_code == 0 and "Traceback" not in r.output, r.output
     assert r.output.count("no measured throughput or latency in the row") == 2
