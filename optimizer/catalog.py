@@ -519,7 +519,8 @@ class Catalog:
         e = self.stack("serving", engine, gpu_id)
         return {"memory_fraction": e.memory_fraction, "kv_fraction": e.kv_fraction,  # type: ignore[union-attr]
                 "max_seqs": e.seq_cap(self.gpus[gpu_id].memory_gb * GB, self.gpus[gpu_id].family),  # type: ignore[union-attr]
-                "reserved_memory": self.efficiency.reserved_memory, "fp16_accumulate": e.fp16_accumulate}  # type: ignore[union-attr]
+                "reserved_memory": self.efficiency.reserved_memory, "fp16_accumulate": e.fp16_accumulate,  # type: ignore[union-attr]
+                "prefill_ubatch": e.prefill_ubatch, "prefill_dequant": e.prefill_dequant}  # type: ignore[union-attr]
 
 
 def _bus_gbs(bus_id: str) -> float:

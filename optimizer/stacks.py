@@ -53,6 +53,8 @@ class Engine(_Record):
     max_seqs: int = Field(default=0, ge=0)  # sequences in flight at most (0: only memory limits)
     max_seqs_large: int = Field(default=0, ge=0)  # the cap on GPUs of 70 GiB or more other than the A100
     fp16_accumulate: bool = False  # its 16-bit GEMMs accumulate in FP16 (faster on GeForce cards)
+    prefill_ubatch: int = Field(default=0, ge=0)  # tokens per pipelined micro-batch of a prompt (0: none)
+    prefill_dequant: bool = False  # prompt GEMMs of weight-only formats dequantise into a 16-bit copy first
     traits: str
     source: str
 

@@ -186,4 +186,8 @@ def test_shipped_problem_report_names_the_optimum(tmp_path):
                                   "--sweep-points", "3", "--workers", "1"])
     assert r.exit_code == 0, r.output
     html = out.read_text()
-    assert "Serve with 4 × 4 h100-sxm" in html and "$540,000" in html  # the optimum and its capex (solve prints both)
+    solved = json.loads(CliRunner().invoke(main, ["solve", str(ROOT / "problems" / "llama2_70b_serving.yaml"),
+                                                 "--format", "json"]).output)
+    first = solved["plan"]["replicas"][0]  # the optimum and its capex, as solve prints them
+    assert f"Serve with {first['replicas']} × {first['tp'] * first['pp']} {first['gpu']}" in html
+    assert f"${solved['cost']['capex_usd']:,.0f}" in html

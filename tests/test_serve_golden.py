@@ -152,3 +152,34 @@ def test_models_own_tokens_per_dollar_of_the_two_machines(catalog):
     assert per_dollar["h100"] / 1e6 == pytest.approx(2.0, rel=0.15)
     assert per_dollar["4090"] / 1e6 == pytest.approx(1.5, rel=0.15)
     assert per_dollar["h100"] > per_dollar["4090"]  # the seed's verdict holds
+
+
+def _prefill_s(plan: ServePlan, params: ServeParams = SEED) -> float:
+    from optimizer.perf.serve import serve_terms, serve_time
+
+    return float(serve_time(serve_terms(SEED_70B, RTX4090, plan, 1), params).prefill_one)
+
+
+def test_prompt_split_into_micro_batches_pipelines_over_the_stages():
+    """llama.cpp splits a 1,024-token prompt into two 512-token micro-batches (n_ubatch) and queues
+    them on 4 GPUs holding a quarter of the layers each: (m + pp - 1) = 5 micro-batch stage times of
+    1/8 of the whole prompt's compute, 5/8 of the prompt passing the stages one after another."""
+    whole = ServePlan(pp=4, input_len=1024, output_len=1, batch=1)
+    split = replace(whole, prefill_ubatch=512)
+    assert _prefill_s(split) / _prefill_s(whole) == pytest.approx(5 / 8, rel=0.01)
+    one = ServePlan(input_len=1024, output_len=1, batch=1)  # one GPU: micro-batches one after another
+    assert _prefill_s(replace(one, prefill_ubatch=512)) == pytest.approx(_prefill_s(one), rel=0.01)
+
+
+def test_dequantising_weight_only_formats_costs_a_pass_over_the_weights_per_micro_batch():
+    """An engine that dequantises GGUF weights into FP16 copies before cuBLAS (llama.cpp, 2024) reads
+    the packed weights and writes 2 bytes per weight for each micro-batch; FP16 weights and fused
+    kernels (the flag off) move nothing extra."""
+    from optimizer.perf.model import param_count
+
+    plan = ServePlan(precision="gguf-q4km", input_len=1024, output_len=1, batch=1, prefill_ubatch=512)
+    extra = _prefill_s(replace(plan, prefill_dequant=True)) - _prefill_s(plan)
+    per_pass = param_count(SEED_70B) * (4.85 / 8 + 2.0) / RTX4090.device.mem_bw
+    assert extra == pytest.approx(2 * per_pass, rel=1e-9)
+    fp16 = replace(plan, precision="fp16")
+    assert _prefill_s(replace(fp16, prefill_dequant=True)) == _prefill_s(fp16)

@@ -65,6 +65,8 @@ class ServePlan:
     max_seqs: int = 0  # the engine's cap on sequences in flight (vLLM's max_num_seqs); 0: none
     reserved_memory: float = 2e9  # bytes per GPU: CUDA context, workspace, allocator slack
     fp16_accumulate: bool = False  # 16-bit GEMMs accumulate in FP16 (GeForce: twice the FP32-accumulate rate)
+    prefill_ubatch: int = 0  # tokens per micro-batch a prompt is split into and pipelined over the stages (0: whole)
+    prefill_dequant: bool = False  # prompt GEMMs of weight-only formats first dequantise into a 16-bit copy
 
     @property
     def gpus(self) -> int:
@@ -110,12 +112,14 @@ class ServeTerms:
     comm_latency: Num  # s per micro-batch step: TP all-reduce fixed latency
     send: Num  # s per micro-batch step: to the next pipeline stage
     prefill_prompts: Num  # prompts prefilled together (the whole batch when static)
+    prefill_chunks: Num  # micro-batches one prefill pass is split into, pipelined over the stages
     prefill_gemm_flops: Num  # per GPU per prompt
     prefill_expert_flops: Num  # of which the routed experts' GEMMs
     prefill_gemm_per_width: Num  # per GPU per prompt: Σ FLOPs / narrowest side, prompts prefilled together
     prefill_one_gemm_per_width: Num  # the same for a prompt prefilled alone
     prefill_attention_flops: Num  # per GPU per prompt
     prefill_weight_bytes: Num  # per GPU per prefill pass
+    prefill_dequant_bytes: Num  # per GPU per prefill pass: a weight-only format dequantised into 16-bit copies
     prefill_comm_bw: Num  # s per prompt
     prefill_comm_latency: Num  # s per prefill pass
     prefill_send: Num  # s per prompt
@@ -188,6 +192,18 @@ def decode_weight_bytes(m: ModelSpec, precision: str, batch: float) -> float:
     return total - experts + experts * touched
 
 
+def dequant_bytes(m: ModelSpec, plan: ServePlan) -> float:
+    """Bytes one prefill pass moves to dequantise a weight-only format into 16-bit copies for
+    cuBLAS: the packed weights read, their 16-bit copies written (llama.cpp until June 2024 on GPUs
+    with tensor cores: PR #3412 'perform cublas mat mul of quantized types as f16', replaced by
+    int8 MMQ kernels in PR #8075). Engines whose kernels dequantise in registers (Marlin, MMQ,
+    TensorRT-LLM's weight-only GEMMs) move nothing extra: 0."""
+    nbytes, math = FORMATS[plan.precision]
+    if not plan.prefill_dequant or math != "fp16" or nbytes >= 2.0:
+        return 0.0
+    return shape.param_count(m) * (nbytes + 2.0)
+
+
 def active_matmul_params(m: ModelSpec) -> float:
     """Weights a token multiplies by: every layer's active matmuls and the LM head."""
     return shape.matmul_params_per_layer(m) * m.layers + m.vocab * m.hidden
@@ -241,6 +257,7 @@ def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> Serv
     attended = m.attended(context)
     prompts = batch if plan.batching == "static" else min(batch, PREFILL_BATCH)
     s = plan.input_len
+    chunks = math.ceil(s / plan.prefill_ubatch) if plan.prefill_ubatch else 1
     p_bw, p_lat = _allreduce_parts(s * m.hidden * ACT_BYTES, hw, plan)
     link = hw.group_link(plan.gpus)
     return ServeTerms(
@@ -257,17 +274,18 @@ def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> Serv
         attention_flops=mb * shape.attention_flops_per_token_layer(m, attended) * m.layers / plan.gpus,
         comm_bw=layers * 2 * ar_bw, comm_latency=layers * 2 * ar_lat,
         send=p2p_time(mb * m.hidden * ACT_BYTES, link) if plan.pp > 1 else 0.0,
-        prefill_prompts=float(prompts),
+        prefill_prompts=float(prompts), prefill_chunks=float(chunks),
         prefill_gemm_flops=2.0 * active_matmul_params(m) * s / plan.gpus,
         prefill_expert_flops=2.0 * routed_matmul_params(m) * s / plan.gpus,
-        prefill_gemm_per_width=_per_width(m, plan, s, prompts * s),
-        prefill_one_gemm_per_width=_per_width(m, plan, s, s),
+        prefill_gemm_per_width=_per_width(m, plan, s, prompts * s / chunks),
+        prefill_one_gemm_per_width=_per_width(m, plan, s, s / chunks),
         # causal attention over the prompt: a token attends to s/2 others on average (2·s²·h per layer)
         prefill_attention_flops=s * shape.attention_flops_per_token_layer(m, m.attended(s / 2.0)) * m.layers
         / plan.gpus,
         prefill_weight_bytes=weight_bytes(m, plan.precision) / plan.gpus,
+        prefill_dequant_bytes=dequant_bytes(m, plan) / plan.gpus,
         prefill_comm_bw=layers * 2 * p_bw, prefill_comm_latency=layers * 2 * p_lat,
-        prefill_send=(s * m.hidden * ACT_BYTES / link.effective_bw + link.latency) if plan.pp > 1 else 0.0,
+        prefill_send=(s / chunks * m.hidden * ACT_BYTES / link.effective_bw + link.latency) if plan.pp > 1 else 0.0,
         stages=float(plan.pp), peak=gemm_peak(dev, plan),
         peak_16bit=dev.peak("bf16") or dev.peak("fp16"), mem_bw=dev.mem_bw,
     )
@@ -283,13 +301,18 @@ def _per_width(m: ModelSpec, plan: ServePlan, tokens: float, rows: float) -> flo
 def _prefill(t: ServeTerms, p: ServeParams, prompts: Num, per_width: Num) -> Num:
     """Prefill ``prompts`` prompts together: GEMMs (slower when thin: ``gemm_half_width``) and causal
     attention, unless reading the weights takes longer; TP all-reduces of ``s·h`` values twice per
-    layer; the stages one after another."""
+    layer; the stages one after another. An engine that splits the pass into ``m`` micro-batches
+    queues them on the stages asynchronously (llama.cpp's ``n_ubatch``, PR #6017), a GPipe schedule
+    (Huang et al. 2019): ``(m + pp − 1)`` micro-batch stage times, each reading the weights again
+    (and dequantising them again where the engine copies a weight-only format into 16 bits)."""
+    m = t.prefill_chunks
     gemm = (t.prefill_gemm_flops + t.prefill_expert_flops * (1.0 / p.moe_efficiency - 1.0)
             + p.gemm_half_width * per_width)
     compute = prompts * (gemm / (t.peak * p.gemm) + t.prefill_attention_flops / (t.peak_16bit * p.attention))
-    stage = (np.maximum(compute, t.prefill_weight_bytes / (t.mem_bw * p.mem_bw))
-             + prompts * t.prefill_comm_bw + t.prefill_comm_latency * p.allreduce_latency)
-    return t.stages * stage + prompts * t.prefill_send * (t.stages - 1.0) + p.step_overhead
+    stage = (np.maximum(compute / m, t.prefill_weight_bytes / (t.mem_bw * p.mem_bw))
+             + t.prefill_dequant_bytes / (t.mem_bw * p.mem_bw)
+             + prompts * t.prefill_comm_bw / m + t.prefill_comm_latency * p.allreduce_latency)
+    return (m + t.stages - 1.0) * stage + prompts * t.prefill_send * (t.stages - 1.0) + p.step_overhead
 
 
 def _burst_ttft(t: ServeTerms, prefill_batch: Num, tpot: Num, step: Num) -> Num:
