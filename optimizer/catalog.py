@@ -18,8 +18,8 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from optimizer.errors import CatalogError, suggest
 from optimizer.perf.params import ServeParams, TrainParams
-from optimizer.perf.serve import math_precision
-from optimizer.perf.specs import Device, Hardware, Link, ModelSpec
+from optimizer.perf.serve import SERVE_PRECISIONS, math_precision
+from optimizer.perf.specs import PRECISIONS, Device, Hardware, Link, ModelSpec
 from optimizer.stacks import Efficiency, Engine, Resolved, TrainStack, load_efficiency
 from optimizer.validation import read_yaml, validate
 
@@ -432,6 +432,16 @@ class Catalog:
         bands = self.uncertainty.training if kind in ("train", "training") else self.uncertainty.serving
         return bands.extrapolated if extrapolated else bands.calibrated
 
+    def borrows(self, kind: str, stack: str | None, *runs: tuple[str, str]) -> bool:
+        """Whether any (GPU, precision) pair (a weight format for serving) on a stack takes its
+        efficiency values from another GPU family or stack: an extrapolated prediction."""
+        return any(self.resolve(kind, gpu, precision, stack).extrapolated for gpu, precision in runs)
+
+    def band_for(self, kind: str, stack: str | None, *runs: tuple[str, str]) -> Band:
+        """The band of an answer that runs on (GPU, precision) pairs on a stack: the wider,
+        extrapolated one if any of them borrows its efficiency values."""
+        return self.band(kind, self.borrows(kind, stack, *runs))
+
     def servers_for(self, gpu_id: str) -> list[Server]:
         return [s for s in self.servers.values() if gpu_id in s.accepts]
 
@@ -584,6 +594,7 @@ def load_catalog(root: Path | None = None) -> Catalog:
         spec_sources=dict(gpus_f.spec_sources),  # type: ignore[attr-defined]
     )
     _check_references(cat)
+    _check_efficiency_keys(cat)
     return cat
 
 
@@ -623,6 +634,31 @@ def _check_references(cat: Catalog) -> None:
         if offer.gpu not in server.accepts or offer.gpus_per_instance > server.slots:
             raise CatalogError(f"{path}: {owner}: server '{offer.server}' does not hold {offer.gpus_per_instance} x "
                                f"'{offer.gpu}'. To fix: name a server whose 'accepts' lists the GPU.")
+
+
+def _check_efficiency_keys(cat: Catalog) -> None:
+    """Every value in efficiency.yaml is keyed by a GPU family the catalog knows (a GPU's, or one
+    that takes another's values) and a precision the kind has; every support count likewise."""
+    path, table = cat.root / "efficiency.yaml", cat.efficiency.table
+    families = {g.family for g in cat.gpus.values()} | set(table.families) | set(table.families.values())
+    kinds = (("training", table.training, PRECISIONS, cat.efficiency.stacks),
+             ("serving", table.serving, SERVE_PRECISIONS, cat.efficiency.engines))
+    for kind, params, precisions, stacks in kinds:
+        keys = [(f"{kind}.{name}.hardware", key) for name, p in params.items() for key in p.hardware]
+        support = table.support.get(kind)  # type: ignore[call-overload]
+        keys += [(f"support.{kind}.families", key) for key in (support.families if support else ())]
+        for key in support.stacks if support else ():
+            if key not in stacks:
+                raise CatalogError(f"{path}: support.{kind}.stacks: '{key}' is not in stacks.yaml."
+                                   f"{suggest(key, stacks)} To fix: run 'gpuopt fit' to recount the rows.")
+        for where, key in keys:
+            family, _, precision = key.partition("/")
+            if family not in families:
+                raise CatalogError(f"{path}: {where}: '{key}' names unknown GPU family '{family}'."
+                                   f"{suggest(family, families)} Known: {', '.join(sorted(families))}.")
+            if precision and precision not in precisions:
+                raise CatalogError(f"{path}: {where}: '{key}' names unknown {kind} precision '{precision}'."
+                                   f"{suggest(precision, precisions)} Known: {', '.join(precisions)}.")
 
 
 PRICED = ("gpus", "servers", "nics", "switches", "cables", "offers")  # the catalog tables whose entries carry a price

@@ -62,10 +62,11 @@ def _problem(catalog: Catalog, row: dict[str, str], path: Path) -> Problem:
 
 
 def gpu_hours(path: Path, catalog: Catalog) -> list[GpuHours]:
-    band = catalog.band("train")
     out = []
     for row in read_rows(path, COLUMNS):
-        rec = recommend(_problem(catalog, row, path), catalog)
+        problem = _problem(catalog, row, path)
+        rec = recommend(problem, catalog)
+        band = catalog.band_for("train", problem.stack, (row["gpu"], problem.precision))
         used = rec.solution.candidate.gpus_per_replica * rec.solution.dp  # units of ep replicas
         hours = used * rec.days * 24
         out.append(GpuHours(row["model"], row["gpu"], used, float(row["tokens"]), float(row["published_gpu_hours"]),

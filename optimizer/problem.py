@@ -503,12 +503,15 @@ def _stack(path: Path, catalog: Catalog, kind: str, ident: str | None) -> str | 
         raise ProblemError(f"{path}: field '{field}': {exc}") from None
 
 
-def confidence_factor(problem: Problem, catalog: Catalog) -> float:
-    """What predicted rates are multiplied by to plan at the problem's confidence: the
-    (100 - confidence)th percentile of measured / predicted over the calibration rows."""
+def confidence_factor(problem: Problem, catalog: Catalog, gpu_id: str, precision: str | None = None) -> float:
+    """What a GPU's predicted rates are multiplied by to plan at the problem's confidence: the
+    (100 - confidence)th percentile of measured / predicted over the out-of-source rows, from the
+    wider band where the GPU's efficiency values (at ``precision``, default the problem's) are
+    borrowed from another family or stack."""
     if problem.confidence is None:
         return 1.0
-    return catalog.band(problem.kind).ratio(100 - problem.confidence)
+    band = catalog.band_for(problem.kind, problem.stack, (gpu_id, precision or problem.precision))
+    return band.ratio(100 - problem.confidence)
 
 
 PHASE_FIELDS = {"name", "start_days", "deadline_days", "end_days"}

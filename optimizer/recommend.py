@@ -109,7 +109,7 @@ def _train_checks(problem: Problem, catalog: Catalog, table: PlanTable, c: Candi
     result = train_step(problem.model, hw, replace(c.plan, dp=dp * c.plan.ep),
                         catalog.train_params(group.gpu, problem.precision, problem.stack),
                         catalog.efficiency.reserved_memory)
-    factor = confidence_factor(problem, catalog)
+    factor = confidence_factor(problem, catalog, group.gpu)
     planned = result.tokens_per_s * factor
     solver_rate = c.replica_tokens_per_s * dp
     gb = c.plan.micro_batch * c.plan.num_micro_batches * dp * c.plan.ep
@@ -205,7 +205,6 @@ def _serve_checks(problem: Problem, catalog: Catalog, table: PlanTable,
     """Each replica type re-run by the serving model against its class's latency limits, and the
     demand of every class; (results, GPUs used per group). Class names carry ``prefix``."""
     limits = {prefix + d.name: d for d in problem.demands}
-    factor = confidence_factor(problem, catalog)
     results = []
     used: dict[str, int] = {}
     capacity: dict[str, float] = {}
@@ -217,6 +216,7 @@ def _serve_checks(problem: Problem, catalog: Catalog, table: PlanTable,
         used[r.group] = used.get(r.group, 0) + r.gpus_per_replica * count
         capacity[r.demand] = capacity.get(r.demand, 0.0) + r.tokens_per_s * count
         d = limits[r.demand]
+        factor = confidence_factor(problem, catalog, g.gpu, r.plan.precision)
         ok = res.fits and res.output_tokens_per_s * factor >= r.tokens_per_s * (1 - 1e-9)
         ok = ok and (d.tpot_s is None or res.tpot / factor <= d.tpot_s * (1 + 1e-9))
         ok = ok and (d.ttft_s is None or res.ttft / factor <= d.ttft_s * (1 + 1e-9))

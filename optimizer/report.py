@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from optimizer.catalog import Catalog, Price
+from optimizer.catalog import Band, Catalog, Price
 from optimizer.errors import ProblemError
 from optimizer.milp import fabric_links, rent_cost
 from optimizer.recommend import HOURS_PER_YEAR, Recommendation, targets_of
@@ -128,12 +128,27 @@ def bill_of_materials(rec: Recommendation, catalog: Catalog) -> list[BomRow]:
     return [r for r in rows if r.quantity > 0]
 
 
+def _answer_band(rec: Recommendation, catalog: Catalog) -> tuple[Band, bool]:
+    """The 90 % band of the answer, and whether it is the extrapolated one (a GPU it runs on
+    borrows its efficiency values). A problem with several workloads bands each in its plan."""
+    p, sol, groups = rec.problem, rec.solution, rec.table.groups
+    if p.phases:
+        return catalog.band(p.kind), False
+    if p.kind == "serve":
+        runs = tuple((groups[r.group].gpu, r.plan.precision) for r, _ in sol.replicas)
+    else:
+        assert sol.candidate is not None
+        runs = ((groups[sol.candidate.group].gpu, p.precision),)
+    borrowed = catalog.borrows(p.kind, p.stack, *runs)
+    return catalog.band(p.kind, borrowed), borrowed
+
+
 def summary(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
     """Everything the report shows, JSON-ready (keys: status, objective, gap, plan, cost, bom, …)."""
     p, sol = rec.problem, rec.solution
     bom = bill_of_materials(rec, catalog)
     cost = {**cost_terms(rec, catalog), "prices_as_of": catalog.prices_as_of}
-    band = catalog.band(p.kind)
+    band, borrowed = _answer_band(rec, catalog)
     low, high = band.ratio(5), band.ratio(95)
     if p.phases:
         plan = workloads_plan(rec, catalog)
@@ -181,7 +196,8 @@ def summary(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
                    "candidates": len(rec.table.candidates) + len(rec.table.serving),
                    "templates_tried": rec.table.enumerated,
                    "pruned_as_dominated": rec.table.pruned, "dropped": dict(sorted(rec.table.dropped.items()))},
-        "uncertainty": {"rows": band.rows, "source": band.source, "ratio_5": low, "ratio_95": high,
+        "uncertainty": {"rows": band.rows, "source": band.source, "extrapolated": borrowed,
+                        "ratio_5": low, "ratio_95": high,
                         "confidence": p.confidence,
                         "planning_factor": band.ratio(100 - p.confidence) if p.confidence else 1.0},
         "verification": list(rec.checks),
@@ -388,7 +404,9 @@ def _training_text(s: dict[str, Any], h) -> list[str]:
         f"Predicted training time {plan['days']:,.1f} days at {plan['tokens_per_s']:,.0f} tokens/s "
         f"({plan['tflops_per_gpu']:,.0f} TFLOP/s per GPU, MFU {plan['mfu']:.1%}); 90 % band "
         f"{plan['days_band_90'][0]:,.1f}-{plan['days_band_90'][1]:,.1f} days "
-        f"(measured / predicted on {s['uncertainty']['rows']} published runs)."
+        f"(measured / predicted on {s['uncertainty']['rows']} published runs"
+        + (" of GPUs or stacks without calibration rows of their own, as here)." if s["uncertainty"].get("extrapolated")
+           else ").")
         + (f" Planned at {p['confidence']} % confidence: {plan['planned_days']:,.1f} days."
            if p.get("confidence") else ""),
         _cost_line(cost),

@@ -17,7 +17,6 @@ def workloads_plan(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
     """Per workload: its window, hardware and plan (training) or replicas (serving); per
     hardware group: what was bought or owned and which workloads use how many of its GPUs."""
     sol, groups = rec.solution, rec.table.groups
-    train_band, serve_band = catalog.band("train"), catalog.band("serve")
     perf = dict(rec.phase_perf)
     replica_perf = dict(zip((r.key for r, _ in sol.replicas), rec.replica_perf, strict=True))
     out = []
@@ -28,6 +27,7 @@ def workloads_plan(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
             c, dp = next((c, dp) for c, dp in sol.plans if c.workload == ph.name)
             g, result = groups[c.group], perf[ph.name]
             days = ph.problem.tokens / result.tokens_per_s / 86400
+            train_band = catalog.band_for("train", ph.problem.stack, (g.gpu, ph.problem.precision))
             entry.update(tokens=ph.problem.tokens, group=g.key, gpu=g.gpu, server=g.server, fabric=g.fabric,
                          offer=g.offer, gpus=c.gpus_per_replica * dp, tp=c.plan.tp, pp=c.plan.pp, dp=dp * c.plan.ep,
                          cp=c.plan.cp, ep=c.plan.ep, micro_batch=c.plan.micro_batch,
@@ -47,6 +47,8 @@ def workloads_plan(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
                                  "output_tokens_per_s_each": res.output_tokens_per_s, "ttft_ms": res.ttft * 1e3,
                                  "tpot_ms": res.tpot * 1e3, "candidate": r.key})
             capacity = sol.serving_capacity()
+            serve_band = catalog.band_for("serve", ph.problem.stack,
+                                          *((r["gpu"], r["precision"]) for r in replicas))
             entry.update(replicas=replicas, classes=[
                 {"name": d.name, "demand_output_tokens_per_s": d.output_tokens_per_s,
                  "capacity_output_tokens_per_s": capacity.get(f"{ph.name}/{d.name}", 0.0),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -25,6 +26,8 @@ from optimizer.calibration.data import (
 )
 from optimizer.calibration.fit import MIN_ROWS
 from optimizer.cli import main
+from optimizer.problem import confidence_factor, load_problem
+from tests.conftest import ROOT
 
 DATA = default_data_dir()
 
@@ -306,3 +309,18 @@ def test_gpu_hours_sanity_table(catalog, tmp_path):
         assert not math.isnan(r.predicted)
     out = CliRunner().invoke(main, ["gpu-hours", "--data", str(small)]).output
     assert "1,720,320" in out and "llama2-70b" in out
+
+
+def test_a_gpu_that_borrows_its_values_is_planned_and_reported_with_the_wider_band(catalog):
+    """Gaudi 3 training takes the values fitted to Intel's Gaudi 2 runs: at 90 % confidence its
+    rates are discounted by the extrapolated band's 10th percentile, an H100's by the calibrated
+    one's; the flagship (which buys Gaudi 3) reports the extrapolated band and says so."""
+    problem = replace(load_problem(ROOT / "problems" / "lab_budget.yaml", catalog), confidence=90)
+    assert catalog.borrows("train", None, ("gaudi3", "bf16"))
+    assert not catalog.borrows("train", None, ("h100-sxm", "bf16"))
+    assert confidence_factor(problem, catalog, "gaudi3") == catalog.band("train", True).ratio(10)
+    assert confidence_factor(problem, catalog, "h100-sxm") == catalog.band("train", False).ratio(10)
+    out = json.loads(CliRunner().invoke(main, ["solve", str(ROOT / "problems" / "lab_budget.yaml"),
+                                               "--format", "json"]).output)
+    assert out["plan"]["gpu"] == "gaudi3" and out["uncertainty"]["extrapolated"] is True
+    assert out["uncertainty"]["rows"] == catalog.band("train", True).rows

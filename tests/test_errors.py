@@ -106,6 +106,19 @@ def test_catalog_unknown_key_suggests(tmp_path):
     assert r.exit_code == 2 and "Did you mean 'mem_bw_gbs'?" in r.output
 
 
+@pytest.mark.parametrize("old, new, words", [
+    ("      hopper/bf16:", "      hoper/bf16:", ["training.gemm.hardware: 'hoper/bf16'", "Did you mean 'hopper'?"]),
+    ("      hopper/bf16:", "      hopper/bf61:", ["unknown training precision 'bf61'", "Did you mean 'bf16'?"]),
+    ("      llamacpp: ", "      llamacp: ", ["support.serving.stacks: 'llamacp'", "Did you mean 'llamacpp'?"]),
+])
+def test_efficiency_values_keyed_by_unknown_families_precisions_or_stacks_are_named(tmp_path, old, new, words):
+    """A value under a misspelt GPU family, precision or engine would silently never be used."""
+    r = run("catalog", "validate", "--catalog", _broken_catalog(tmp_path, old, new, "efficiency.yaml"))
+    assert r.exit_code == 2 and "efficiency.yaml" in r.output and "Traceback" not in r.output, r.output
+    for w in words:
+        assert w in r.output, (w, r.output)
+
+
 def test_catalog_dangling_reference(tmp_path):
     root = _broken_catalog(tmp_path, "accepts: [h100-sxm,", "accepts: [h100-sxn,", "servers.yaml")
     r = run("catalog", "validate", "--catalog", root)
@@ -207,6 +220,8 @@ def test_validate_explains_rows_it_cannot_read(tmp_path):
 
 @pytest.mark.parametrize("part, old, new, words", [
     ("sources", "stack: vllm", "stack: vlm", ["unknown serving engine 'vlm'", "vllm"]),
+    ("sources", "stack: vllm}", "stack: vllm, assume: {input_length: 128}}",
+     ["sources.yaml", "source 'mine': assume: unknown fact 'input_length'", "Did you mean 'input_len'?"]),
     ("aliases", "engines:\n", "engines:\n  \"^SGLang(\": sglang\n", ["aliases.yaml", "not a regular expression"]),
     ("header", ",notes", "", ["serving_runs.csv", "missing column(s) notes"]),
     ("row", ",src,n", ",src", ["serving_runs.csv", "line 2 (x1)", "18 cells"]),

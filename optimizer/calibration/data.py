@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
-from optimizer.errors import ProblemError
+from optimizer.errors import ProblemError, suggest
 from optimizer.validation import read_yaml, validate
 
 Kind = Literal["training", "serving"]
@@ -35,6 +35,18 @@ SERVING_COLUMNS = ("id", "model", "params_b", "precision", "gpu", "gpu_count", "
                    "output_len", "batch_or_concurrency", "throughput_output_tok_s", "throughput_total_tok_s", "ttft_ms",
                    "tpot_ms", "source", "notes")
 SERVING_FILES = ("serving_runs.csv", "serving_runs_2.csv", "serving_runs_3.csv", "serving_runs_4.csv")
+# the facts a source may state for its rows (`rows`) or assume for cells they leave empty (`assume`):
+# what optimizer/calibration/training.py and serving.py read, the training plan traits among them
+FACTS: dict[str, frozenset[str]] = {
+    "training": frozenset({
+        "exclude", "model", "gpu", "stack", "metric", "precision", "gpus", "tp", "pp", "cp", "dp", "ep",
+        "virtual_stages", "seq_len", "micro_batch", "global_batch", "token_million", "recompute", "zero",
+        "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "ffn_mult", "vocab", "mlp", "grad_reduce_bytes",
+        "flash_attention"}),
+    "serving": frozenset({
+        "exclude", "model", "precision", "engine", "split", "load", "batching", "requests", "input_len",
+        "output_len", "per_gpu", "ignore"}),
+}
 
 
 class _Strict(BaseModel):
@@ -56,6 +68,17 @@ class Source(_Strict):
     assume: dict[str, Any] = {}  # facts for cells the rows leave empty (reason in `why`)
     rows: dict[str, dict[str, Any]] = {}  # id glob → facts from the source's text, or {exclude: reason}
     why: str = ""  # where the assumed facts come from
+
+    @model_validator(mode="after")
+    def _known_facts(self) -> Source:
+        known = FACTS[self.kind]
+        stated = [("assume", key) for key in self.assume]
+        stated += [(f"rows.'{pattern}'", key) for pattern, facts in self.rows.items() for key in facts]
+        for where, key in stated:
+            if key not in known:
+                raise ValueError(f"source '{self.id}': {where}: unknown fact '{key}'.{suggest(key, known)} "
+                                 f"A {self.kind} source may state: {', '.join(sorted(known))}.")
+        return self
 
 
 class SourcesFile(_Strict):

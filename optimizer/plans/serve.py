@@ -44,7 +44,6 @@ def _math_supported(gpu, precision: str) -> bool:
 def enumerate_serving(problem: Problem, catalog: Catalog) -> PlanTable:
     """Every replica type that fits and meets a class's latency limits; reasons for the rest."""
     m = problem.model
-    factor = confidence_factor(problem, catalog)  # a confident plan: rates down, latencies up
     out: list[ServeCandidate] = []
     groups = {}
     dropped: Counter = Counter()
@@ -76,6 +75,8 @@ def enumerate_serving(problem: Problem, catalog: Catalog) -> PlanTable:
                         continue
                     for precision in precisions:
                         eff = catalog.serve_params(gpu_id, precision, problem.stack)
+                        # a confident plan: rates down, latencies up (more so where the values are borrowed)
+                        factor = confidence_factor(problem, catalog, gpu_id, precision)
                         for d in problem.demands:
                             tried += 1
                             plan = ServePlan(tp=tp, pp=pp, precision=precision, kv_precision=problem.kv_precision,

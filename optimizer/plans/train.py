@@ -88,7 +88,6 @@ def enumerate_plans(problem: Problem, catalog: Catalog) -> PlanTable:
 
     At a planning confidence, every rate is the model's times the calibration quantile."""
     reserved = catalog.efficiency.reserved_memory
-    factor = confidence_factor(problem, catalog)
     candidates: list[Candidate] = []
     groups: dict[str, Group] = {}
     dropped: Counter = Counter()
@@ -113,6 +112,7 @@ def enumerate_plans(problem: Problem, catalog: Catalog) -> PlanTable:
         reason_counts: Counter = Counter()
         best_memory: tuple[float, str] | None = None
         fit_cache: dict = {}
+        factor = confidence_factor(problem, catalog, gpu_id)
         setup = Setup(catalog.train_params(gpu_id, problem.precision, problem.stack), reserved,
                       catalog.train_plan_traits(gpu_id, problem.stack))
         for group in usable:
