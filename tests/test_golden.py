@@ -228,3 +228,28 @@ def test_head_size_apart_from_hidden_and_squared_relu_mlp():
     assert param_count(qwen) - param_count(tied) == 151936 * 5120
     relu2 = ModelSpec("relu2", 2, 1024, 8, 8, 4096, 1000, 2048, "relu2")
     assert param_count(relu2) == 2 * (4 * 1024 * 1024 + 2 * 1024 * 4096 + 2 * 1024) + 2 * 1000 * 1024 + 1024
+
+
+def test_expert_gradients_reduce_over_the_expert_data_parallel_group(catalog):
+    """With EP=8 inside each 8-GPU server and DP=16 over two servers, a GPU's routed experts are
+    held by one GPU in the other server only: their gradients all-reduce between the two servers
+    over that GPU's share of the NICs, with no intra-node step to shrink them, while the dense
+    weights reduce hierarchically over all 16 ranks. With EP over all 16 ranks the experts are
+    not reduced at all."""
+    from optimizer.perf.comm import allreduce_time, dp_reduce_time, span_link
+    from optimizer.perf.model import expert_params
+    from optimizer.perf.train import _data_parallel_comm, params_per_gpu
+
+    m = catalog.models["mixtral-8x7b"].spec()
+    hw = catalog.hardware("h100-sxm", "hgx-hopper-8", "ib-ndr-8")
+    plan = TrainPlan(tp=1, pp=1, dp=16, ep=8, micro_batch=1, num_micro_batches=8, zero=0, seq_len=4096)
+    experts = expert_params(m) / 8
+    dense = params_per_gpu(m, plan) - experts
+    nic = span_link(16, hw)  # one GPU's share of its server's network
+    expected = (dp_reduce_time(dense * plan.grad_reduce_bytes, plan, hw)
+                + allreduce_time(experts * plan.grad_reduce_bytes, 2, nic))
+    assert _data_parallel_comm(m, hw, plan) == (pytest.approx(expected, rel=1e-12), 0.0)
+    assert dp_reduce_time(experts, plan, hw, 8) > 2 * dp_reduce_time(experts, plan, hw)  # no intra-node step
+    wide = TrainPlan(**{**plan.__dict__, "ep": 16})
+    dense16 = params_per_gpu(m, wide) - expert_params(m) / 16
+    assert _data_parallel_comm(m, hw, wide)[0] == pytest.approx(dp_reduce_time(dense16 * 4.0, wide, hw))

@@ -35,18 +35,21 @@ def p2p_time(nbytes: float, link: Link) -> float:
     return nbytes / link.effective_bw + link.latency
 
 
-def dp_reduce_time(nbytes: float, plan: TrainPlan, hw: Hardware) -> float:
+def dp_reduce_time(nbytes: float, plan: TrainPlan, hw: Hardware, ep: int = 1) -> float:
     """Hierarchical all-reduce of ``nbytes`` over the data-parallel group: inside the node, then
     between nodes. A reduce-scatter or an all-gather of the same buffer takes half of it.
 
     ``k`` DP ranks share a node; after the intra-node reduce-scatter each holds 1/k of the
     buffer, and all the node's GPUs drive its NICs at once, so each gets 1/gpus_per_node of
-    the node's network bandwidth.
+    the node's network bandwidth. Routed experts split ``ep`` ways are reduced over the
+    expert-data-parallel group instead (Megatron-Core's expert_data_parallel group): every
+    ``ep``-th DP rank holds the same experts, so fewer of them share a node and more of the
+    buffer crosses the network (none of it when EP spans every DP rank).
     """
-    dp = plan.grad_ranks
+    dp = plan.grad_ranks // ep
     if dp <= 1:
         return 0.0
-    model_parallel = plan.tp * plan.pp
+    model_parallel = plan.tp * plan.pp * ep
     k = max(1, min(dp, hw.gpus_per_node // model_parallel))
     nodes = math.ceil(dp / k)
     intra = allreduce_time(nbytes, k, hw.group_link(k * model_parallel)) if k > 1 else 0.0

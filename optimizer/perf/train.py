@@ -214,19 +214,24 @@ def _data_parallel_comm(m: ModelSpec, hw: Hardware, plan: TrainPlan) -> tuple[fl
     them and all-gather the updated 16-bit weights: each is half an all-reduce of its buffer.
     ZeRO-3 / FSDP all-gathers the weights for every micro-batch's forward and backward and
     reduce-scatters its gradients (Rajbhandari et al. 2020; Zhao et al. 2023, arXiv 2304.11277).
+    Routed experts split over EP are reduced apart from the dense weights, over the DP/EP ranks
+    that hold the same experts (``dp_reduce_time``'s expert-data-parallel group).
     """
     if plan.grad_ranks <= 1:
         return 0.0, 0.0
-    local = params_per_gpu(m, plan)
-    grads = local * plan.grad_reduce_bytes
-    weights = local * WEIGHT_BYTES
-    if plan.zero >= 3:
-        gather = dp_reduce_time(weights, plan, hw) / 2.0
-        scatter = dp_reduce_time(grads, plan, hw) / 2.0
-        return 0.0, 2.0 * gather + scatter
-    if plan.zero >= 1:
-        return (dp_reduce_time(grads, plan, hw) + dp_reduce_time(weights, plan, hw)) / 2.0, 0.0
-    return dp_reduce_time(grads, plan, hw), 0.0
+    experts = shape.expert_params(m) / (plan.ep * plan.tp * plan.pp) if m.moe and plan.ep > 1 else 0.0
+    per_step = per_micro_batch = 0.0
+    for local, ep in ((params_per_gpu(m, plan) - experts, 1), (experts, plan.ep)):
+        grads = local * plan.grad_reduce_bytes
+        weights = local * WEIGHT_BYTES
+        if plan.zero >= 3:
+            gather = dp_reduce_time(weights, plan, hw, ep) / 2.0
+            per_micro_batch += 2.0 * gather + dp_reduce_time(grads, plan, hw, ep) / 2.0
+        elif plan.zero >= 1:
+            per_step += (dp_reduce_time(grads, plan, hw, ep) + dp_reduce_time(weights, plan, hw, ep)) / 2.0
+        else:
+            per_step += dp_reduce_time(grads, plan, hw, ep)
+    return per_step, per_micro_batch
 
 
 def train_terms(m: ModelSpec, hw: Hardware, plan: TrainPlan) -> TrainTerms:
