@@ -322,6 +322,7 @@ class Offer(Record):
 
 
 QUANTILES = (5, 10, 20, 25, 50, 75, 80, 90, 95)
+AT_BATCH, AT_MAX_LOAD = "at a batch", "at maximum load"  # serving band regimes
 
 
 class Band(Record):
@@ -346,9 +347,15 @@ class Band(Record):
         return self.ratio_quantiles[quantile]
 
 
-class Bands(Record):
+class BandPair(Record):
     calibrated: Band  # the GPU family and the stack have calibration rows of their own
     extrapolated: Band  # one of them borrows another's values: wider
+
+
+class Bands(BandPair):
+    widening: float = Field(default=1.0, ge=1.0)  # quantile levels stretched to cover 90 % out of source
+    # serving: the bands of the rows measured at a batch, and at maximum load (bands.py)
+    regimes: dict[Literal["at a batch", "at maximum load"], BandPair] = Field(default_factory=dict)
 
 
 class UncertaintyFile(Record):
@@ -424,23 +431,25 @@ class Catalog:
     cables: dict[str, Cable] = field(default_factory=dict)
     spec_sources: dict[str, SpecSource] = field(default_factory=dict)
 
-    def band(self, kind: str, extrapolated: bool = False) -> Band:
+    def band(self, kind: str, extrapolated: bool = False, regime: str | None = None) -> Band:
         """The out-of-source band of a workload kind ('train' or 'serve'); wider where the
-        prediction's GPU family or stack has no calibration rows of its own."""
+        prediction's GPU family or stack has no calibration rows of its own. A serving prediction
+        ``regime`` ("at a batch" or "at maximum load") takes the band of rows measured like it."""
         if self.uncertainty is None:
             raise CatalogError(f"{self.root}: no uncertainty.yaml. To fix: run 'gpuopt fit' and save its bands.")
         bands = self.uncertainty.training if kind in ("train", "training") else self.uncertainty.serving
-        return bands.extrapolated if extrapolated else bands.calibrated
+        pair: BandPair = bands.regimes.get(regime, bands) if regime else bands  # type: ignore[call-overload]
+        return pair.extrapolated if extrapolated else pair.calibrated
 
     def borrows(self, kind: str, stack: str | None, *runs: tuple[str, str]) -> bool:
         """Whether any (GPU, precision) pair (a weight format for serving) on a stack takes its
         efficiency values from another GPU family or stack: an extrapolated prediction."""
         return any(self.resolve(kind, gpu, precision, stack).extrapolated for gpu, precision in runs)
 
-    def band_for(self, kind: str, stack: str | None, *runs: tuple[str, str]) -> Band:
+    def band_for(self, kind: str, stack: str | None, *runs: tuple[str, str], regime: str | None = None) -> Band:
         """The band of an answer that runs on (GPU, precision) pairs on a stack: the wider,
         extrapolated one if any of them borrows its efficiency values."""
-        return self.band(kind, self.borrows(kind, stack, *runs))
+        return self.band(kind, self.borrows(kind, stack, *runs), regime)
 
     def servers_for(self, gpu_id: str) -> list[Server]:
         return [s for s in self.servers.values() if gpu_id in s.accepts]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from optimizer.catalog import Catalog, load_catalog
+from optimizer.catalog import AT_BATCH, AT_MAX_LOAD, Catalog, load_catalog
 from optimizer.cli_common import catalog_option, handle_errors, price_option
 from optimizer.errors import CatalogError, ProblemError, suggest
 from optimizer.perf.specs import TrainPlan
@@ -264,9 +264,10 @@ def estimate_serve(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, pre
         "total_tokens_per_s": r.total_tokens_per_s * replicas,
         "requests_per_s": r.requests_per_s * replicas,
     }
-    band = catalog.band("serve", bool(resolved.extrapolated))
+    regime = AT_BATCH if per_replica is not None else AT_MAX_LOAD
+    band = catalog.band("serve", bool(resolved.extrapolated), regime)
     out["band_90"] = {"output_tokens_per_s": [out["output_tokens_per_s"] * band.ratio(5),
-                                              out["output_tokens_per_s"] * band.ratio(95)]}
+                                              out["output_tokens_per_s"] * band.ratio(95)], "regime": regime}
     if fmt == "json":
         click.echo(json.dumps(out, indent=2, sort_keys=True))
         return
@@ -281,7 +282,7 @@ def estimate_serve(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, pre
                f"{out['decode_step_ms']:,.1f} ms: " + ", ".join(
                    f"{k} {v:,.2f}" for k, v in out["decode_breakdown_ms"].items() if v) + ")")
     lo, hi = out["band_90"]["output_tokens_per_s"]
-    click.echo(f"{out['output_tokens_per_s']:,.0f} output tokens/s (90 % band {lo:,.0f}-{hi:,.0f}), "
+    click.echo(f"{out['output_tokens_per_s']:,.0f} output tokens/s (90 % band {lo:,.0f}-{hi:,.0f}, {regime}), "
                f"{out['total_tokens_per_s']:,.0f} total tokens/s, {out['requests_per_s']:,.2f} requests/s "
                "for the group")
 

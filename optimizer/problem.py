@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from optimizer.catalog import Catalog
+from optimizer.catalog import AT_BATCH, AT_MAX_LOAD, Catalog
 from optimizer.errors import CatalogError, ProblemError, suggest
 from optimizer.perf.specs import ModelSpec
 from optimizer.procurement import (
@@ -503,14 +503,29 @@ def _stack(path: Path, catalog: Catalog, kind: str, ident: str | None) -> str | 
         raise ProblemError(f"{path}: field '{field}': {exc}") from None
 
 
-def confidence_factor(problem: Problem, catalog: Catalog, gpu_id: str, precision: str | None = None) -> float:
+def serve_regime(demand: Demand) -> str:
+    """The band regime a request class is planned in: at a batch where a latency limit caps the
+    batch, at maximum load (the most sequences that fit) where none does."""
+    return AT_BATCH if demand.ttft_s is not None or demand.tpot_s is not None else AT_MAX_LOAD
+
+
+def answer_regime(demands: tuple[Demand, ...] | list[Demand]) -> str | None:
+    """The band regime of a serving answer: at maximum load where any class is planned so (its band
+    is the wider), at a batch where every class has a latency limit; None without classes."""
+    regimes = {serve_regime(d) for d in demands}
+    return AT_MAX_LOAD if AT_MAX_LOAD in regimes else (AT_BATCH if regimes else None)
+
+
+def confidence_factor(problem: Problem, catalog: Catalog, gpu_id: str, precision: str | None = None,
+                      demand: Demand | None = None) -> float:
     """What a GPU's predicted rates are multiplied by to plan at the problem's confidence: the
     (100 - confidence)th percentile of measured / predicted over the out-of-source rows, from the
     wider band where the GPU's efficiency values (at ``precision``, default the problem's) are
-    borrowed from another family or stack."""
+    borrowed from another family or stack, and for a serving ``demand`` the band of its regime."""
     if problem.confidence is None:
         return 1.0
-    band = catalog.band_for(problem.kind, problem.stack, (gpu_id, precision or problem.precision))
+    band = catalog.band_for(problem.kind, problem.stack, (gpu_id, precision or problem.precision),
+                            regime=serve_regime(demand) if demand is not None else None)
     return band.ratio(100 - problem.confidence)
 
 

@@ -216,7 +216,7 @@ def _serve_checks(problem: Problem, catalog: Catalog, table: PlanTable,
         used[r.group] = used.get(r.group, 0) + r.gpus_per_replica * count
         capacity[r.demand] = capacity.get(r.demand, 0.0) + r.tokens_per_s * count
         d = limits[r.demand]
-        factor = confidence_factor(problem, catalog, g.gpu, r.plan.precision)
+        factor = confidence_factor(problem, catalog, g.gpu, r.plan.precision, d)
         ok = res.fits and res.output_tokens_per_s * factor >= r.tokens_per_s * (1 - 1e-9)
         ok = ok and (d.tpot_s is None or res.tpot / factor <= d.tpot_s * (1 + 1e-9))
         ok = ok and (d.ttft_s is None or res.ttft / factor <= d.ttft_s * (1 + 1e-9))

@@ -18,6 +18,7 @@ from typing import Any
 from optimizer.catalog import Band, Catalog, Price
 from optimizer.errors import ProblemError
 from optimizer.milp import fabric_links, rent_cost
+from optimizer.problem import answer_regime
 from optimizer.recommend import HOURS_PER_YEAR, Recommendation, targets_of
 from optimizer.tco import break_even, break_even_lines, cost_lines, cost_terms, price_lines, prices_used
 from optimizer.workloads_report import workloads_plan, workloads_text
@@ -134,13 +135,15 @@ def _answer_band(rec: Recommendation, catalog: Catalog) -> tuple[Band, bool]:
     p, sol, groups = rec.problem, rec.solution, rec.table.groups
     if p.phases:
         return catalog.band(p.kind), False
+    regime = None
     if p.kind == "serve":
         runs = tuple((groups[r.group].gpu, r.plan.precision) for r, _ in sol.replicas)
+        regime = answer_regime(p.demands)
     else:
         assert sol.candidate is not None
         runs = ((groups[sol.candidate.group].gpu, p.precision),)
     borrowed = catalog.borrows(p.kind, p.stack, *runs)
-    return catalog.band(p.kind, borrowed), borrowed
+    return catalog.band(p.kind, borrowed, regime), borrowed
 
 
 def summary(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:

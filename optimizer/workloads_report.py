@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from optimizer.catalog import Catalog
+from optimizer.problem import answer_regime
 from optimizer.recommend import Recommendation
 
 
@@ -48,7 +49,8 @@ def workloads_plan(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
                                  "tpot_ms": res.tpot * 1e3, "candidate": r.key})
             capacity = sol.serving_capacity()
             serve_band = catalog.band_for("serve", ph.problem.stack,
-                                          *((r["gpu"], r["precision"]) for r in replicas))
+                                          *((r["gpu"], r["precision"]) for r in replicas),
+                                          regime=answer_regime(ph.problem.demands))
             entry.update(replicas=replicas, classes=[
                 {"name": d.name, "demand_output_tokens_per_s": d.output_tokens_per_s,
                  "capacity_output_tokens_per_s": capacity.get(f"{ph.name}/{d.name}", 0.0),

@@ -25,8 +25,9 @@ from optimizer.calibration.data import (
     source_of,
 )
 from optimizer.calibration.fit import MIN_ROWS
+from optimizer.catalog import AT_BATCH, AT_MAX_LOAD
 from optimizer.cli import main
-from optimizer.problem import confidence_factor, load_problem
+from optimizer.problem import Demand, answer_regime, confidence_factor, load_problem, serve_regime
 from tests.conftest import ROOT
 
 DATA = default_data_dir()
@@ -156,10 +157,13 @@ def _median_p90(comparisons):
 
 
 # Out-of-source accuracy today (gpuopt validate --cv source, 2026-11-24: training 350 rows from 23
-# sources, median 9.7 % / p90 27.3 %; serving 941 rows from 19 sources, 18.0 % / 64.2 %), with a small
-# margin: regression guards. Issue 13's targets (training median 10 % / p90 25 %, serving 10 % / 30 %)
-# are in the README beside the figures reached.
-GUARDS = {"training": (0.10, 0.29), "serving": (0.19, 0.68)}
+# sources, median 9.7 % / p90 27.3 %; serving 1,065 rows from 19 sources, 18.6 % / 69.3 %), with a
+# small margin: regression guards. The serving p90 was 64.2 % on the 941 rows expressed before GH200,
+# A10G, GLM-4.5/4.6 and InternLM-20B entered the catalog: their 124 rows (TGI 1.0 GPTQ on A10G,
+# GPUStack's GLM bursts) are harder, not the model worse (on the old rows: 17.9 % / 62.9 %). Issue
+# 13's targets (training median 10 % / p90 25 %, serving 10 % / 30 %) are in the README beside the
+# figures reached.
+GUARDS = {"training": (0.10, 0.29), "serving": (0.19, 0.72)}
 
 
 @pytest.mark.parametrize("kind", ["training", "serving"])
@@ -176,10 +180,57 @@ def test_out_of_source_accuracy_does_not_regress(validations, kind):
 def test_bands_cover_new_sources_and_widen_for_extrapolation(validations, catalog):
     for kind, v in validations.items():
         cov = coverage(list(v.out_of_source))
-        # issue 13's target is 85 %; each group's band is judged on rows it never saw
-        assert min(cov["all"], cov["calibrated"], cov["extrapolated"]) >= 0.75, (kind, cov)
-        band = catalog.band(kind, extrapolated=True)
-        assert band.ratio(5) <= catalog.band(kind).ratio(5) and band.ratio(95) >= catalog.band(kind).ratio(95)
+        # issue 13's target is 85 %; each band is judged on rows it never saw, built and widened without them
+        assert cov["all"] >= 0.85, (kind, cov)
+        assert min(cov["calibrated"], cov["extrapolated"]) >= 0.75, (kind, cov)
+        for regime in ((AT_BATCH, AT_MAX_LOAD) if kind == "serving" else (None,)):
+            if regime:
+                assert cov[f"band: {regime}"] >= 0.85, (regime, cov)
+            band, calibrated = catalog.band(kind, True, regime), catalog.band(kind, False, regime)
+            assert band.ratio(5) <= calibrated.ratio(5) and band.ratio(95) >= calibrated.ratio(95)
+
+
+def test_serving_bands_follow_the_regime_a_replica_is_planned_in(catalog):
+    """A class with a latency limit is planned at a batch, one without at maximum load: each takes the
+    band of the published rows measured like it, which differ (bands.py), and a regime the file does
+    not split falls back to the band of every row."""
+    at_batch, at_max = catalog.band("serve", False, AT_BATCH), catalog.band("serve", False, AT_MAX_LOAD)
+    assert at_batch.ratio_quantiles != at_max.ratio_quantiles
+    assert catalog.band("serve", False, "no such regime") == catalog.band("serve")
+    assert catalog.band("train", False, AT_BATCH) == catalog.band("train")
+    limited = Demand("chat", 512, 256, 1000.0, None, 0.05)
+    free = Demand("batch", 512, 256, 1000.0, None, None)
+    assert serve_regime(limited) == AT_BATCH and serve_regime(free) == AT_MAX_LOAD
+    assert answer_regime((limited,)) == AT_BATCH and answer_regime((limited, free)) == AT_MAX_LOAD
+    runner = CliRunner()
+    args = ["estimate", "serve", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "1", "--input-len", "1000",
+            "--output-len", "500", "--format", "json"]
+    fixed = json.loads(runner.invoke(main, [*args, "--batch", "32"]).output)
+    saturated = json.loads(runner.invoke(main, args).output)
+    assert fixed["band_90"]["regime"] == AT_BATCH and saturated["band_90"]["regime"] == AT_MAX_LOAD
+    lo, hi = fixed["band_90"]["output_tokens_per_s"]
+    assert lo == pytest.approx(fixed["output_tokens_per_s"] * at_batch.ratio(5))
+    assert hi == pytest.approx(fixed["output_tokens_per_s"] * at_batch.ratio(95))
+
+
+def test_widening_is_the_least_that_covers_sources_left_out():
+    """Five sources whose ratios sit at 0.8, 0.9, 1.0, 1.1 and 1.25: unwidened, the band of any four
+    misses the fifth's ratio when it is an extreme; the chosen widening is the least on the grid at
+    which the left-out rows are covered as often as the nominal share, and never below 1."""
+    from optimizer.calibration.bands import NOMINAL, WIDENING, bands, widening_for
+    from optimizer.calibration.data import Comparison
+
+    rows = [Comparison(f"{s}{i}", s, "maximum load", "", "output_tokens_per_s", m * (1 + 0.01 * i), 1.0)
+            for s, m in zip("abcde", (0.8, 0.9, 1.0, 1.1, 1.25), strict=True) for i in range(4)]
+    k = widening_for(rows)
+    assert k in WIDENING and k >= 1.0
+    assert bands(rows, k)["widening"] == k and bands(rows)["widening"] == k
+    hits = coverage(rows)
+    assert 0.0 <= hits["all"] <= 1.0
+    if k > WIDENING[0]:  # the grid step below did not cover enough
+        from optimizer.calibration.bands import _hits
+        below = _hits(rows, lambda others: bands(others, WIDENING[WIDENING.index(k) - 1]))
+        assert sum(below["all"]) / len(below["all"]) < NOMINAL
 
 
 def test_weighted_quantiles_weigh_sources_not_rows():

@@ -20,7 +20,7 @@ from optimizer.perf.model import (
 from optimizer.perf.serve import kv_bytes_per_token
 
 NEW_MOE = ("mixtral-8x22b", "deepseek-r1", "deepseek-v3.1", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-20b",
-           "gpt-oss-120b", "llama4-maverick")
+           "gpt-oss-120b", "llama4-maverick", "glm-4.5", "glm-4.6", "glm-4.5-air")
 
 
 def test_every_moe_preset_has_a_published_active_count_within_two_percent(catalog):
@@ -41,6 +41,9 @@ def test_every_moe_preset_has_a_published_active_count_within_two_percent(catalo
     ("gpt-oss-120b", 2 * 36 * 8 * 64 * 2),  # 73,728
     ("gemma3-27b", 2 * 62 * 16 * 128 * 2),  # 507,904
     ("llama4-maverick", 2 * 48 * 8 * 128 * 2),  # 196,608
+    ("glm-4.5", 2 * 92 * 8 * 128 * 2),  # 376,832
+    ("glm-4.5-air", 2 * 46 * 8 * 128 * 2),  # 188,416
+    ("internlm-20b", 2 * 60 * 40 * 128 * 2),  # 1,228,800 (full multi-head attention)
     # MLA caches one latent (kv_lora_rank 512 + rotary key 64) per layer
     ("deepseek-r1", 61 * (512 + 64) * 2),  # 70,272
 ])
@@ -56,6 +59,10 @@ def test_head_size_apart_from_hidden_over_heads(catalog):
     assert (oss.head_dim, oss.q_hidden, oss.kv_hidden) == (64, 4096, 512)  # hidden // heads would be 45
     g12 = catalog.models["gemma3-12b"].spec()
     assert (g12.head_dim, g12.q_hidden) == (256, 4096)  # over a hidden of 3,840
+    glm = catalog.models["glm-4.5"].spec()
+    assert (glm.head_dim, glm.q_hidden, glm.kv_hidden) == (128, 12288, 1024)  # hidden // heads would be 53
+    air = catalog.models["glm-4.5-air"].spec()
+    assert (air.head_dim, air.q_hidden, air.kv_hidden) == (128, 12288, 1024)  # over a hidden of 4,096
 
 
 def test_gpt_oss_120b_matches_the_model_cards_component_counts(catalog):
@@ -122,3 +129,57 @@ def test_same_shape_presets_are_exact_copies(catalog, copy, original):
     a, b = catalog.models[copy], catalog.models[original]
     assert a.spec().__dict__ | {"name": ""} == b.spec().__dict__ | {"name": ""}
     assert a.source != b.source
+
+
+def test_glm_presets_follow_their_configs(catalog):
+    """first_k_dense_replace 3 / 1 leading dense layers, then MoE layers of routed experts plus one shared expert."""
+    for preset in ("glm-4.5", "glm-4.6"):
+        m = catalog.models[preset].spec()
+        assert (m.layers, m.dense_layers, m.moe_layers, m.hidden, m.ffn_hidden) == (92, 3, 89, 5120, 12288)
+        assert (m.experts, m.experts_active, m.shared_experts, m.expert_ffn_hidden) == (160, 8, 1, 1536)
+        assert (m.vocab, m.tied_embeddings) == (151552, False)
+    air = catalog.models["glm-4.5-air"].spec()
+    assert (air.layers, air.dense_layers, air.moe_layers, air.hidden, air.ffn_hidden) == (46, 1, 45, 4096, 10944)
+    assert (air.experts, air.experts_active, air.shared_experts, air.expert_ffn_hidden) == (128, 8, 1, 1408)
+
+
+def test_glm_46_is_glm_45_with_a_longer_context(catalog):
+    a, b = catalog.models["glm-4.6"].spec(), catalog.models["glm-4.5"].spec()
+    assert (a.seq_len, b.seq_len) == (202752, 131072)  # max_position_embeddings of each config.json
+    assert a.__dict__ | {"name": "", "seq_len": 0} == b.__dict__ | {"name": "", "seq_len": 0}
+
+
+def _glm_mtp_block(h, q, kv, experts, width):
+    """The multi-token-prediction layer the checkpoints add (and serving does not run): one MoE decoder layer
+    (attention, 2 norms, routed + shared experts, router), eh_proj (2h -> h) and its enorm, hnorm and head norm."""
+    return 2 * h * q + 2 * h * kv + 2 * h + (experts + 1) * 3 * h * width + h * experts + 2 * h * h + 3 * h
+
+
+@pytest.mark.parametrize(("preset", "card_total", "card_active", "with_mtp", "mtp"), [
+    # GLM-4.5: 355B total / 32B active; the 355B counts the MTP block (non-embedding: 351.24B + 3.99B = 355.23B)
+    ("glm-4.5", 355, 32, True, _glm_mtp_block(5120, 96 * 128, 8 * 128, 160, 1536)),
+    # GLM-4.5-Air: 106B total / 12B active; the 106B does not (non-embedding: 105.61B)
+    ("glm-4.5-air", 106, 12, False, _glm_mtp_block(4096, 96 * 128, 8 * 128, 128, 1408)),
+])
+def test_glm_cards_count_no_embeddings(catalog, preset, card_total, card_active, with_mtp, mtp):
+    """The cards' counts leave out the embedding and the output layer (2 x 151,552 x hidden); the preset keeps
+    both and leaves out the MTP block, and its published figures restate the card's that way."""
+    p = catalog.models[preset]
+    m = p.spec()
+    embed = 2 * 151552 * m.hidden
+    assert embedding_params(m) == embed
+    total = param_count(m) - embed + (mtp if with_mtp else 0)
+    assert total / 1e9 == pytest.approx(card_total, rel=0.005)
+    assert (active_param_count(m) - embed) / 1e9 == pytest.approx(card_active, rel=0.02)
+    restated = card_total + embed / 1e9 - (mtp / 1e9 if with_mtp else 0)
+    assert p.published_params_b == pytest.approx(restated, abs=0.005)
+    assert p.published_active_params_b == pytest.approx(card_active + embed / 1e9, abs=0.005)
+    assert param_count(m) / 1e9 == pytest.approx(p.published_params_b, rel=0.005)
+
+
+def test_internlm_20b_is_its_released_checkpoint(catalog):
+    """internlm/internlm-20b: pytorch_model.bin.index.json total_size 40,177,428,480 bytes of bf16; no biases."""
+    m = catalog.models["internlm-20b"].spec()
+    assert (m.layers, m.hidden, m.heads, m.kv_heads, m.ffn_hidden, m.vocab) == (60, 5120, 40, 40, 13824, 103168)
+    assert param_count(m) == 40_177_428_480 // 2
+    assert param_count(m) / 1e9 == pytest.approx(catalog.models["internlm-20b"].published_params_b, rel=0.005)

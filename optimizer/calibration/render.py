@@ -7,7 +7,7 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
-from optimizer.calibration.bands import coverage, group_of
+from optimizer.calibration.bands import coverage, group_of, regime_of
 from optimizer.calibration.crossval import Validation
 from optimizer.calibration.data import LATENCY, THROUGHPUT, Comparison, percentile
 
@@ -38,7 +38,7 @@ def _groups(v: Validation) -> list[tuple[str, str, list[Comparison], list[Compar
             if o_part and len(o_part) < len(o):
                 lines.append(("", label, o_part, [c for c in ins if c.metric == metric
                                                   and c.regime.startswith("maximum load") is saturated]))
-    for key, section in ((lambda c: c.regime, "by regime"), (group_of, "by calibration"),
+    for key, section in ((lambda c: c.regime, "by regime"), (regime_of, "by band"), (group_of, "by calibration"),
                          (lambda c: c.source, "by source")):
         by_o: dict[str, list[Comparison]] = defaultdict(list)
         by_i: dict[str, list[Comparison]] = defaultdict(list)
@@ -48,7 +48,7 @@ def _groups(v: Validation) -> list[tuple[str, str, list[Comparison], list[Compar
         for c in ins:
             if c.metric in THROUGHPUT:
                 by_i[key(c)].append(c)
-        for label in sorted(by_o):
+        for label in sorted(k for k in by_o if k is not None):
             lines.append((section, label, by_o[label], by_i[label]))
     return lines
 
@@ -61,7 +61,8 @@ def summary(v: Validation) -> dict[str, Any]:
                            "skipped_rows": len(v.skipped), "coverage_90": cov.get("all"), "lines": []}
     for section, label, oos, ins in _groups(v):
         o, i = _errors(oos), _errors(ins)
-        key = {"by regime": f"regime: {label}", "by source": f"source: {label}"}.get(section, label)
+        key = {"by regime": f"regime: {label}", "by band": f"band: {label}",
+               "by source": f"source: {label}"}.get(section, label)
         out["lines"].append({
             "section": section, "label": label, "sources": len({c.source for c in oos}), "rows": o["rows"],
             "out_of_source": {"median": o["median"], "p90": o["p90"]},

@@ -28,7 +28,11 @@ UNCERTAINTY_HEADER = """\
 # measured / predicted over the leave-one-source-out comparisons (optimizer/calibration/bands.py),
 # sources weighted equally, split-conformal widening. `calibrated`: the prediction's GPU family and
 # stack have calibration rows of their own; `extrapolated`: one of them borrows its values.
-# A 90 % band is [q05, q95]; planning at 90 % confidence multiplies every predicted rate by q10.
+# Serving also has a band per regime (`regimes`): a replica at a batch (a latency limit, a fixed
+# concurrency or request rate) or at maximum load (the most sequences that fit, or a burst).
+# `widening`: how far each quantile level is stretched from the median so that the bands cover 90 %
+# of sources left out (bands.py). A 90 % band is [q05, q95]; planning at 90 % confidence
+# multiplies every predicted rate by q10.
 # Written by `gpuopt fit`; a test keeps them equal to what the fit produces.
 """
 
@@ -105,14 +109,21 @@ def _count(items) -> dict[str, int]:
     return out
 
 
+def _band_section(groups: dict[str, dict], source: str) -> dict[str, Any]:
+    return {group: {"rows": band["rows"], "sources": band["sources"], "source": source,
+                    "ratio_quantiles": band["ratio_quantiles"]}
+            for group, band in groups.items() if group in ("calibrated", "extrapolated")}
+
+
 def uncertainty_yaml(validations: dict[str, Validation]) -> str:
     data: dict[str, Any] = {"schema_version": 1}
     for kind, v in validations.items():
-        section = {}
-        for group, band in bands(list(v.out_of_source)).items():
-            section[group] = {"rows": band["rows"], "sources": band["sources"],
-                              "source": f"leave-one-source-out comparisons of calibration/{kind}_runs*.csv",
-                              "ratio_quantiles": band["ratio_quantiles"]}
+        found = bands(list(v.out_of_source))
+        source = f"leave-one-source-out comparisons of calibration/{kind}_runs*.csv"
+        section = _band_section(found, source)
+        section["widening"] = found["widening"]
+        if "regimes" in found:
+            section["regimes"] = {regime: _band_section(groups, source) for regime, groups in found["regimes"].items()}
         data[kind] = section
     return UNCERTAINTY_HEADER + yaml.safe_dump(data, sort_keys=False, width=110)
 

@@ -75,10 +75,11 @@ def enumerate_serving(problem: Problem, catalog: Catalog) -> PlanTable:
                         continue
                     for precision in precisions:
                         eff = catalog.serve_params(gpu_id, precision, problem.stack)
-                        # a confident plan: rates down, latencies up (more so where the values are borrowed)
-                        factor = confidence_factor(problem, catalog, gpu_id, precision)
                         for d in problem.demands:
                             tried += 1
+                            # a confident plan: rates down, latencies up (more so where the values are
+                            # borrowed, and at maximum load, which is predicted less well than at a batch)
+                            factor = confidence_factor(problem, catalog, gpu_id, precision, d)
                             plan = ServePlan(tp=tp, pp=pp, precision=precision, kv_precision=problem.kv_precision,
                                              input_len=d.input_len, output_len=d.output_len, **traits)
                             if max_batch(m, hw, plan) < 1:
