@@ -122,6 +122,10 @@ def estimate_train(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, mic
     """
     from optimizer.problem import parse_quantity
 
+    try:  # a bad --tokens is bad input (exit 2), found before any work
+        _ = parse_quantity(tokens) if tokens is not None else None
+    except ValueError as exc:
+        raise ProblemError(f"--tokens {tokens!r}: {exc}. To fix: e.g. --tokens 2T or --tokens 2e12.") from None
     catalog = load_catalog(catalog_dir)
     model, server = _resolve(catalog, model_ref, gpu_id, server_id)
     replica = tp * pp * cp

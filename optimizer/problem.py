@@ -8,17 +8,19 @@ solver options. Catalog entries are referred to by id; their numbers are never c
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Discriminator,
     Field,
     Tag,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -38,22 +40,23 @@ from optimizer.procurement import (
     parse_cli_price,
     resolve_procurement,
 )
-from optimizer.validation import parse_quantity, read_yaml, validate
+from optimizer.validation import parse_quantity, read_yaml, short_repr, validate
 
 SCHEMA_VERSION = 1
-def _positive_quantity(value: float | int | str) -> float:
+def _positive_quantity(value: object) -> float:
     number = parse_quantity(value)
-    if number <= 0:
-        raise ValueError(f"must be positive, got {value!r}")
+    if not 0 < number < math.inf:
+        raise ValueError(f"must be a positive finite number, got {value!r}")
     return number
 
 
-# A positive number written as 1e12, '1T', '500B' or '250k', validated (and parsed) by the schema.
-Quantity = Annotated[float | int | str, AfterValidator(_positive_quantity)]
+# A positive number written as 1e12, '1T', '500B' or '250k', validated (and parsed) by the schema
+# before the type check, so one message says what is wrong with any input (not one per type tried).
+Quantity = Annotated[float, BeforeValidator(_positive_quantity)]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class InlineModel(Strict):
@@ -209,24 +212,58 @@ class Cost(Strict):
     horizon_years: float | None = Field(default=None, gt=0, le=20)
 
 
+def _grid_value(what: str, allowed: range, examples: str) -> Any:
+    """A search-grid entry: a whole number in ``allowed`` (not a bool, a fraction or a string)."""
+    def check(value: object) -> int:
+        if isinstance(value, int) and not isinstance(value, bool) and value in allowed:
+            return value
+        span = f"{allowed.start} to {allowed.stop - 1}"
+        raise ValueError(f"expected {what} as a whole number from {span}, got {value!r}. "
+                         f"To fix: use values such as {examples}")
+    return Annotated[int, BeforeValidator(check)]
+
+
+TensorParallel = _grid_value("a tensor-parallel degree", range(1, 1025), "[1, 2, 4, 8]")
+PipelineParallel = _grid_value("a pipeline-parallel degree", range(1, 1001), "[1, 2, 4, 8]")
+ContextParallel = _grid_value("a context-parallel degree", range(1, 1025), "[1, 2, 4]")
+ExpertParallel = _grid_value("an expert-parallel degree", range(1, 1025), "[1, 2, 4, 8]")
+MicroBatch = _grid_value("a micro-batch size in sequences", range(1, 4097), "[1, 2, 4, 8]")
+PerStage = _grid_value("a number of micro-batches per pipeline stage", range(1, 4097), "[1, 2, 4, 8]")
+Chunks = _grid_value("a number of model chunks per GPU", range(1, 1001), "[1, 2, 4]")
+ZeroStage = _grid_value("a ZeRO stage", range(0, 4), "[1, 3]")
+Recompute = Literal["none", "selective", "full"]
+
+
 class Search(Strict):
-    tp: tuple[int, ...] = (1, 2, 4, 8)
-    pp: tuple[int, ...] = (1, 2, 4, 8, 16)
-    micro_batch: tuple[int, ...] = (1, 2, 4, 8)
-    micro_batches_per_stage: tuple[int, ...] = (1, 2, 4, 8)
-    recompute: tuple[Literal["none", "selective", "full"], ...] = ("none", "selective", "full")
-    zero: tuple[int, ...] = (1, 3)
+    """The plan grid: each field a non-empty list of the values the planner tries."""
+
+    tp: tuple[TensorParallel, ...] = (1, 2, 4, 8)
+    pp: tuple[PipelineParallel, ...] = (1, 2, 4, 8, 16)
+    micro_batch: tuple[MicroBatch, ...] = (1, 2, 4, 8)
+    micro_batches_per_stage: tuple[PerStage, ...] = (1, 2, 4, 8)
+    recompute: tuple[Recompute, ...] = ("none", "selective", "full")
+    zero: tuple[ZeroStage, ...] = (1, 3)
     # interleaved 1F1B chunks per GPU (used when PP > 1). 4 shrinks the bubble and, per Korthikanti
     # et al., the extra activation memory more than 2 does; add 2 where inter-node sends are slow
-    virtual_stages: tuple[int, ...] = (1, 4)
-    cp: tuple[int, ...] = (1,)  # context parallelism: add 2, 4, 8 for long sequences
-    ep: tuple[int, ...] = (1, 2, 4, 8)  # expert parallelism (MoE models only)
+    virtual_stages: tuple[Chunks, ...] = (1, 4)
+    cp: tuple[ContextParallel, ...] = (1,)  # context parallelism: add 2, 4, 8 for long sequences
+    ep: tuple[ExpertParallel, ...] = (1, 2, 4, 8)  # expert parallelism (MoE models only)
 
-    @field_validator("tp", "pp", "micro_batch", "micro_batches_per_stage", "zero", "virtual_stages", "cp", "ep")
+    @field_validator("*", mode="before")
     @classmethod
-    def _positive(cls, v: tuple[int, ...]) -> tuple[int, ...]:
-        if not v or any(x < 0 for x in v):
-            raise ValueError("must be a non-empty list of non-negative integers")
+    def _a_list(cls, v: object, info: ValidationInfo) -> object:
+        """A scalar or a mapping where a list belongs gets a message that says so."""
+        if isinstance(v, (list, tuple)):
+            return v
+        example = ", ".join(str(x) for x in cls.model_fields[str(info.field_name)].default)
+        raise ValueError(f"expected a list such as [{example}], got {v!r}. To fix: write the values in brackets")
+
+    @field_validator("*")
+    @classmethod
+    def _non_empty(cls, v: tuple) -> tuple:
+        if not v:
+            raise ValueError("expected at least one value, got an empty list. To fix: list the values to try, "
+                             "or remove the key for the default")
         return tuple(sorted(set(v)))
 
 
@@ -365,6 +402,35 @@ def _check_ids(path: Path, field: str, ids: tuple[str, ...], table: dict) -> Non
                                f" To fix: use one of {', '.join(sorted(table))}.")
 
 
+def tp_fits(model: ModelSpec, tp: int, serving: bool = False) -> bool:
+    """Whether TP can shard the model's attention: it divides the attention heads and, for
+    training, it divides the KV heads or is a multiple of them (each KV head then replicated)."""
+    if model.heads % tp:
+        return False
+    return serving or not (model.kv_heads % tp and tp % model.kv_heads)
+
+
+def _tp_misfit(model: ModelSpec, tp: int) -> str:
+    """Why no plan of ``model`` can use TP ``tp`` (for a message)."""
+    if model.heads % tp:
+        return f"TP {tp} does not divide the {model.heads} attention heads of {model.name}"
+    return (f"TP {tp} neither divides the {model.kv_heads} KV heads of {model.name} nor is a multiple of them "
+            "(training shards or replicates whole KV heads)")
+
+
+def _check_tp(path: Path, data: dict, workloads: list[tuple[ModelSpec, bool]]) -> None:
+    """Reject a TP value the problem's own search grid lists that no workload's model can use
+    (``workloads``: each workload's model and whether it is served). The default grid is left
+    to the planner, which skips what does not fit."""
+    given = (data.get("search") or {}).get("tp") or ()
+    for i, tp in enumerate(given):
+        if any(tp_fits(model, tp, serving) for model, serving in workloads):
+            continue
+        fits = sorted({t for m, s in workloads for t in range(1, m.heads + 1) if tp_fits(m, t, s)})
+        raise ProblemError(f"{path}: field 'search.tp[{i}]': {_tp_misfit(workloads[0][0], tp)}, so no plan can "
+                           f"use it. To fix: drop it, or use TP values that fit ({', '.join(map(str, fits))}).")
+
+
 def resolve_model(ref: str | InlineModel, catalog: Catalog, path: Path, field: str = "workload.model") -> ModelSpec:
     """A preset id, a YAML file with the shape keys, or an inline shape → ModelSpec."""
     if isinstance(ref, InlineModel):
@@ -400,10 +466,12 @@ def load_priced(path: Path | str, catalog: Catalog, cli_prices: tuple[str, ...] 
     return replace(problem, prices=prices), apply_prices(catalog, prices)
 
 
-def problem_from_data(data: dict, path: Path, catalog: Catalog) -> Problem:
-    """Validate a problem given as a mapping (as read from YAML); ``path`` names it in messages."""
+def problem_from_data(data: dict, path: Path, catalog: Catalog, check_grid: bool = True) -> Problem:
+    """Validate a problem given as a mapping (as read from YAML); ``path`` names it in messages.
+    ``check_grid``: reject search-grid TP values the model cannot use (off for the workloads of a
+    problem with several, whose grid is checked against all their models at once)."""
     if data.get("schema_version") != SCHEMA_VERSION:
-        raise ProblemError(f"{path}: schema_version is {data.get('schema_version')!r}; this gpuopt reads "
+        raise ProblemError(f"{path}: schema_version is {short_repr(data.get('schema_version'))}; this gpuopt reads "
                            f"{SCHEMA_VERSION}. To fix: add 'schema_version: 1' at the top.")
     spec: ProblemFile = validate(ProblemFile, data, path, ProblemError)
     if spec.workloads:
@@ -414,6 +482,8 @@ def problem_from_data(data: dict, path: Path, catalog: Catalog) -> Problem:
                            "'workloads' of several, each with a name and a time window.")
     model = resolve_model(w.model, catalog, path)
     serving = isinstance(w, ServeWorkload)
+    if check_grid:
+        _check_tp(path, data, [(model, serving)])
     seq_len = model.seq_len if serving else (w.seq_len or model.seq_len)
     tokens = 0.0 if serving else float(w.tokens)
 
@@ -571,10 +641,11 @@ def _several(data: dict, spec: ProblemFile, path: Path, catalog: Catalog) -> Pro
         else:
             sub["cost"] = {**(data.get("cost") or {}), "horizon_years": (end - w.start_days) / 365.25}
         try:
-            alone = problem_from_data(sub, path, catalog)
+            alone = problem_from_data(sub, path, catalog, check_grid=False)
         except ProblemError as exc:  # name the entry: its fields are checked as the workload of its own problem
             raise ProblemError(str(exc).replace("field 'workload.", f"field '{where}.")) from exc
         phases.append(Phase(w.name, "train" if train else "serve", alone, w.start_days * 86400.0, end * 86400.0))
+    _check_tp(path, data, [(ph.problem.model, ph.kind == "serve") for ph in phases])
     first = phases[0].problem
     return replace(first, name=spec.name, description=spec.description, kind="multi", tokens=0.0,
                    deadline_s=None, demands=(), horizon_years=horizon_years, phases=tuple(phases))

@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # problem.py imports this module
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class OwnedEntry(_Strict):

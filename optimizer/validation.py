@@ -5,6 +5,7 @@ Each message names the file, the entry, the field, what was expected and a likel
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,10 @@ def read_yaml(path: Path, error: type[GpuoptError]) -> Any:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise error(f"{path}: no such file. To fix: check the path.") from None
+    except UnicodeDecodeError as exc:
+        line = exc.object[: exc.start].count(b"\n") + 1
+        raise error(f"{path}: not UTF-8 text: byte 0x{exc.object[exc.start]:02x} at line {line}. "
+                    "To fix: save the file as UTF-8.") from None
     except OSError as exc:
         raise error(f"{path}: cannot read it ({exc.strerror}).") from None
     try:
@@ -30,9 +35,41 @@ def read_yaml(path: Path, error: type[GpuoptError]) -> Any:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise error(f"{path}: malformed YAML{where}: {problem}. To fix: check indentation and quoting.") from None
+    except ValueError as exc:  # a well-formed scalar its type cannot hold: 2024-02-30, an integer of 5000 digits
+        reason = str(exc).split(";")[0]  # not Python's advice on sys.set_int_max_str_digits
+        raise error(f"{path}: unreadable YAML value{_where_unreadable(text)}: {reason}. To fix: correct it, "
+                    "or quote it to keep it as text.") from None
+    except RecursionError:  # PyYAML composes nested lists and mappings recursively
+        raise error(f"{path}: lists or mappings nested too deeply to read. To fix: check the brackets.") from None
     if not isinstance(data, dict):
         raise error(f"{path}: expected a mapping of keys at the top level, found {type(data).__name__}.")
     return data
+
+
+def _where_unreadable(text: str) -> str:
+    """' at line L, column C' of the first scalar that YAML parses but cannot construct ('' if none)."""
+    loader = yaml.SafeLoader(text)
+    try:
+        pending, seen = [loader.get_single_node()], set()
+        while pending:
+            node = pending.pop()
+            if node is None or id(node) in seen:
+                continue
+            seen.add(id(node))
+            if isinstance(node, yaml.ScalarNode):
+                try:
+                    loader.construct_object(node)
+                except ValueError:
+                    return f" at line {node.start_mark.line + 1}, column {node.start_mark.column + 1}"
+            elif isinstance(node, yaml.MappingNode):
+                pending += [part for pair in reversed(node.value) for part in reversed(pair)]
+            else:
+                pending += reversed(node.value)
+    except (yaml.YAMLError, RecursionError):
+        return ""
+    finally:
+        loader.dispose()
+    return ""
 
 
 _MISSING = object()
@@ -117,8 +154,8 @@ def format_errors(exc: ValidationError, path: Path, data: Any, model: type[BaseM
             continue
         loc = _data_path(data, tuple(err["loc"]))
         entry, rest = _entry_label(data, loc)
-        field = ".".join(str(p) for p in rest) or "(entry)"
-        where = f"{entry}: field '{field}'" if entry else f"field '{'.'.join(str(p) for p in loc)}'"
+        field = _dotted(rest) or "(entry)"
+        where = f"{entry}: field '{field}'" if entry else f"field '{_dotted(loc)}'"
         kind = err["type"]
         if kind == "extra_forbidden":
             hint = suggest(str(loc[-1]), _fields_at(model, loc))
@@ -128,9 +165,23 @@ def format_errors(exc: ValidationError, path: Path, data: Any, model: type[BaseM
         else:
             got = err.get("input")
             msg = err["msg"].removeprefix("Value error, ")
-            shown = f" (got {got!r})" if not isinstance(got, (dict, list)) and repr(got) not in msg else ""
+            shown = f" (got {short_repr(got)})" if not isinstance(got, (dict, list)) and repr(got) not in msg else ""
             lines.append(f"{path}: {where}: {msg}{shown}.")
     return "\n".join(lines)
+
+
+def short_repr(value: Any, limit: int = 60) -> str:
+    """``repr(value)``, cut to ``limit`` characters (a 400-digit number is not worth printing)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit - 3]}..."
+
+
+def _dotted(parts: tuple[Any, ...]) -> str:
+    """A location as the user writes it: keys joined by dots, list positions in brackets (search.tp[0])."""
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return text.lstrip(".")
 
 
 def _losing_union_branch(data: Any, loc: tuple[Any, ...], kind: str) -> bool:
@@ -163,8 +214,14 @@ _SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
 def parse_quantity(value: float | int | str) -> float:
     """Read 1e12, '1T', '500B', '2.5M' or '500k' as a number."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmbgt]?)\s*", str(value), re.IGNORECASE)
-    if not match:
-        raise ValueError(f"expected a number such as 1e12, '1T', '500B' or '250k', got {value!r}")
-    return float(match.group(1)) * _SUFFIX[match.group(2).lower()]
+        if isinstance(value, int) and abs(value) > 1e300:  # float() of a larger int overflows
+            raise ValueError(f"expected a number below 1e300, not one of {len(str(abs(value)))} digits")
+        number = float(value)
+    else:
+        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmbgt]?)\s*", str(value), re.IGNORECASE)
+        if not match:
+            raise ValueError(f"expected a number such as 1e12, '1T', '500B' or '250k', got {value!r}")
+        number = float(match.group(1)) * _SUFFIX[match.group(2).lower()]
+    if not math.isfinite(number):
+        raise ValueError(f"expected a finite number, got {value!r}")
+    return number

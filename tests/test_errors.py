@@ -29,6 +29,25 @@ def test_malformed_yaml(tmp_path):
     assert "Traceback" not in r.output
 
 
+@pytest.mark.parametrize(("text", "words"), [
+    ("name: 2024-02-30", "unreadable YAML value at line 2, column 7: day is out of range for month"),
+    ("name: 1" + "0" * 5000, "unreadable YAML value at line 2, column 7: Exceeds the limit (4300 digits)"),
+    ("name: " + "[" * 5000 + "]" * 5000, "nested too deeply to read"),
+])
+def test_yaml_values_that_cannot_be_read(tmp_path, text, words):
+    """Well-formed YAML whose value its type cannot hold, or nested past Python's recursion limit."""
+    r = run("solve", write(tmp_path, TINY.replace("name: tiny", text)))
+    assert r.exit_code == 2 and words in r.output and "Traceback" not in r.output, r.output
+    assert "set_int_max_str_digits" not in r.output
+
+
+def test_file_that_is_not_utf8(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_bytes(TINY.replace("name: tiny", "name: caf\xe9").encode("latin-1"))
+    r = run("solve", str(path))
+    assert r.exit_code == 2 and "not UTF-8 text: byte 0xe9 at line 2. To fix: save the file as UTF-8" in r.output
+
+
 def test_missing_file():
     r = run("solve", "no/such/problem.yaml")
     assert r.exit_code == 2 and "no such file" in r.output
@@ -140,6 +159,12 @@ def test_estimate_unknown_gpu_and_bad_split():
     assert r.exit_code == 2 and "no bf16" in r.output
 
 
+@pytest.mark.parametrize("tokens", ["lots", "1e999"])
+def test_estimate_bad_tokens(tokens):
+    r = run("estimate", "train", "--model", "llama2-7b", "--gpu", "h100-sxm", "--gpus", "8", "--tokens", tokens)
+    assert r.exit_code == 2 and f"--tokens '{tokens}': expected a" in r.output, r.output
+
+
 def test_infeasible_deadline_exits_1_with_what_would_help(tmp_path):
     r = run("solve", write(tmp_path, TINY.replace("deadline_days: 30", "deadline_days: 0.5")))
     assert r.exit_code == 1, r.output
@@ -178,6 +203,70 @@ def test_quantities_are_validated_by_the_schema(tmp_path):
     r = run("solve", write(tmp_path, TINY.replace("deadline_days: 30", "deadline_days: 30\nbudget: {usd: lots}")))
     assert r.exit_code == 2 and "field 'budget.usd'" in r.output and "got 'lots'" in r.output
     assert "Traceback" not in r.output and "Value error" not in r.output
+
+
+GRID = "search: {pp: [1, 2], micro_batch: [1, 2], zero: [1]}"
+
+
+@pytest.mark.parametrize(("grid", "field", "words"), [
+    ("{tp: [0]}", "search.tp[0]", "a tensor-parallel degree as a whole number from 1 to 1024, got 0"),
+    ("{pp: [0]}", "search.pp[0]", "a pipeline-parallel degree"),
+    ("{micro_batch: [2, 0]}", "search.micro_batch[1]", "a micro-batch size in sequences"),
+    ("{micro_batches_per_stage: [0]}", "search.micro_batches_per_stage[0]", "micro-batches per pipeline stage"),
+    ("{virtual_stages: [0]}", "search.virtual_stages[0]", "model chunks per GPU"),
+    ("{cp: [0]}", "search.cp[0]", "a context-parallel degree"),
+    ("{ep: [-2]}", "search.ep[0]", "an expert-parallel degree as a whole number from 1 to 1024, got -2"),
+    ("{tp: [2.5]}", "search.tp[0]", "got 2.5"),
+    ("{tp: [two]}", "search.tp[0]", "got 'two'"),
+    ("{tp: [true]}", "search.tp[0]", "got True"),
+    ("{tp: [1, 100000]}", "search.tp[1]", "from 1 to 1024"),
+    ("{zero: [4]}", "search.zero[0]", "a ZeRO stage as a whole number from 0 to 3"),
+    ("{recompute: [some]}", "search.recompute[0]", "'none', 'selective' or 'full'"),
+    ("{pp: []}", "search.pp", "expected at least one value, got an empty list"),
+    ("{tp: 8}", "search.tp", "expected a list such as [1, 2, 4, 8], got 8"),
+    ("{tp: null}", "search.tp", "expected a list"),
+])
+def test_search_grid_values_are_checked(tmp_path, grid, field, words):
+    """A zero, negative, fractional or non-numeric grid value once ended in ZeroDivisionError."""
+    r = run("solve", write(tmp_path, TINY.replace(GRID, f"search: {grid}")))
+    assert r.exit_code == 2, r.output
+    assert f"p.yaml: field '{field}': " in r.output and words in r.output, r.output
+    assert "Traceback" not in r.output and "Value error" not in r.output
+
+
+@pytest.mark.parametrize(("model", "tp", "words"), [
+    ("llama2-13b", "[1, 2, 3]", "field 'search.tp[2]': TP 3 does not divide the 40 attention heads of llama2-13b"),
+    ("{layers: 4, hidden: 768, heads: 48, kv_heads: 8, ffn_hidden: 2048, vocab: 1000, seq_len: 512, mlp: swiglu}",
+     "[12]", "field 'search.tp[0]': TP 12 neither divides the 8 KV heads of custom nor is a multiple of them"),
+])
+def test_search_tp_must_fit_the_model(tmp_path, model, tp, words):
+    text = TINY.replace("model: llama2-7b", f"model: {model}").replace(GRID, f"search: {{tp: {tp}}}")
+    r = run("solve", write(tmp_path, text))
+    assert r.exit_code == 2, r.output
+    assert words in r.output and "To fix: drop it, or use TP values that fit (1, 2, 4" in r.output, r.output
+
+
+def test_search_tp_of_several_workloads_is_checked_against_their_models(tmp_path):
+    """The grid shared by several workloads: a TP value none of their models can use is named."""
+    path = ROOT / "problems" / "pretrain_finetune_serve.yaml"
+    text = path.read_text().replace("  tp: [1, 2, 4, 8]", "  tp: [1, 3]")
+    r = run("solve", write(tmp_path, text))
+    assert r.exit_code == 2 and "field 'search.tp[1]': TP 3 does not divide the 32 attention heads" in r.output
+
+
+@pytest.mark.parametrize(("old", "new", "field"), [
+    ("tokens: 20B", "tokens: .inf", "workload.tokens"),
+    ("tokens: 20B", "tokens: 1" + "0" * 400, "workload.tokens"),
+    ("global_batch: {max_seqs: 256}", "global_batch: {max_tokens: .nan}", "workload.global_batch.max_tokens"),
+    ("deadline_days: 30", "deadline_days: .inf", "deadline_days"),
+    ("power_cap_kw: 200", "power_cap_kw: .nan", "site.power_cap_kw"),
+])
+def test_infinite_and_huge_numbers_are_rejected(tmp_path, old, new, field):
+    """NaN and infinity pass a 'positive' check; a 400-digit number overflows a float."""
+    r = run("solve", write(tmp_path, TINY.replace(old, new)))
+    assert r.exit_code == 2, r.output
+    assert f"field '{field}'" in r.output and "Traceback" not in r.output
+    assert len(r.output) < 400, r.output  # the 400-digit number is not printed whole
 
 
 def test_inline_model_errors_name_the_shape_not_the_union(tmp_path):

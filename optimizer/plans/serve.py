@@ -22,7 +22,7 @@ from optimizer.plans import (
     no_group_reason,
     prune_serving,
 )
-from optimizer.problem import Problem, confidence_factor
+from optimizer.problem import Problem, confidence_factor, tp_fits
 
 
 def _power_of_two(n: int) -> bool:
@@ -71,7 +71,7 @@ def enumerate_serving(problem: Problem, catalog: Catalog) -> PlanTable:
                 for pp in problem.search.pp:
                     mp = tp * pp
                     if not (_power_of_two(mp) and group.slots % mp == 0 and pp <= m.layers
-                            and m.heads % tp == 0):
+                            and tp_fits(m, tp, serving=True)):
                         continue
                     for precision in precisions:
                         eff = catalog.serve_params(gpu_id, precision, problem.stack)

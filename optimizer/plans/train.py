@@ -29,7 +29,7 @@ from optimizer.plans import (
     no_group_reason,
     prune_dominated,
 )
-from optimizer.problem import Problem, confidence_factor
+from optimizer.problem import Problem, confidence_factor, tp_fits
 
 NODE_BANDS = (2, 8, 32, 128, 512, 2048, 8192, 32768)
 
@@ -160,8 +160,7 @@ def _group_candidates(problem: Problem, group: Group, hw: Hardware, setup: Setup
     least: tuple[float, str] | None = None
     eps = [e for e in search.ep if e == 1 or (m.moe and e <= m.experts)] if m.moe else [1]
     for tp, cp, ep in ((t, c, e) for t in search.tp for c in search.cp for e in eps):
-        if (tp * cp > group.slots or m.heads % tp or (m.kv_heads % tp and tp % m.kv_heads)
-                or problem.seq_len % cp):
+        if tp * cp > group.slots or not tp_fits(m, tp) or problem.seq_len % cp:
             continue
         for pp in search.pp:
             if pp > m.layers:
