@@ -116,12 +116,14 @@ def break_even(rec: Recommendation, catalog: Catalog) -> list[dict[str, Any]]:
         if offer is None:
             continue
         fixed, energy = _owning_cost(rec, site, count)
-        rent_full = count.gpus * hours * offer.price.usd
+        # renting pays for the GPUs the answer uses; buying them may mean a whole server (full_only)
+        rent_full = (b.gpus if g.rented else count.gpus) * hours * offer.price.usd
         u = fixed / (rent_full - energy) if rent_full > energy else math.inf
         busy = None
         if p.kind == "train" and rec.perf is not None:
             busy = min(1.0, rec.days * 24 / hours)
-        out.append({"gpu": g.gpu, "gpus": count.gpus, "chosen": "rent" if g.rented else "buy", "offer": offer.id,
+        out.append({"gpu": g.gpu, "gpus": b.gpus, "buy_gpus": count.gpus, "server": site.server,
+                    "chosen": "rent" if g.rented else "buy", "offer": offer.id,
                     "usd_per_gpu_hour": offer.price.usd, "buy_fixed_usd": fixed, "electricity_full_use_usd": energy,
                     "rent_full_use_usd": rent_full, "break_even_utilisation": u if math.isfinite(u) else None,
                     "this_job_utilisation": busy})
@@ -132,11 +134,15 @@ def break_even_lines(rows: list[dict[str, Any]], horizon_years: float) -> list[s
     lines = []
     for r in rows:
         u = r["break_even_utilisation"]
-        owned = "buying" if r["chosen"] == "buy" else "buying instead"
-        head = (f"{r['gpus']} x {r['gpu']}: {owned} (${r['buy_fixed_usd']:,.0f} capex, maintenance and colocation, "
-                f"plus up to ${r['electricity_full_use_usd']:,.0f} electricity) vs renting {r['offer']} at "
-                f"${r['usd_per_gpu_hour']:g}/GPU-hour (${r['rent_full_use_usd']:,.0f} busy all "
-                f"{horizon_years:g} years)")
+        buying = (f"(${r['buy_fixed_usd']:,.0f} capex, maintenance and colocation, plus up to "
+                  f"${r['electricity_full_use_usd']:,.0f} electricity)")
+        renting = (f"{r['offer']} at ${r['usd_per_gpu_hour']:g}/GPU-hour (${r['rent_full_use_usd']:,.0f} busy all "
+                   f"{horizon_years:g} years)")
+        if r["chosen"] == "buy":
+            head = f"{r['gpus']} x {r['gpu']}: buying {buying} vs renting {renting}"
+        else:
+            whole = f"{r['buy_gpus']} GPUs in a {r['server']}, " if r["buy_gpus"] != r["gpus"] else ""
+            head = f"{r['gpus']} x {r['gpu']}: renting {renting} vs buying instead ({whole}{buying[1:]}"
         if u is None or u > 1:
             tail = "renting is cheaper even at 100 % utilisation"
         else:

@@ -44,10 +44,22 @@ def test_renting_wins_a_short_horizon_and_buying_a_long_one(catalog):
     short = _solve({**data, "cost": {"horizon_years": 0.25}}, catalog)
     long = _solve({**data, "cost": {"horizon_years": 3}}, catalog)
     assert _kinds(short) == {"rent"} and short.solution.capex == 0 and short.solution.rent > 0
-    assert _kinds(long) == {"buy"} and long.solution.rent == 0
+    # three TP=4 replicas serve 8k tokens/s: two fill a bought 8-GPU server; the third rents four
+    # H100s, since a second server would stand half empty (full_only) for three years
+    gpus = {k: sum(b.gpus for b in long.solution.purchases if long.table.groups[b.group].rented == (k == "rent"))
+            for k in ("buy", "rent")}
+    assert gpus == {"buy": 8, "rent": 4}, gpus
     # the break-even utilisation says the same: above 100 % for the short horizon, below for the long one
     assert summary(short, catalog)["break_even"][0]["break_even_utilisation"] > 1
     assert summary(long, catalog)["break_even"][0]["break_even_utilisation"] < 1
+    # and it agrees with every choice of a serving answer, busy the whole horizon: a rented row
+    # compares the GPUs rented with the whole server buying them would take
+    for row in summary(long, catalog)["break_even"]:
+        u = row["break_even_utilisation"]
+        assert (u is not None and u < 1) if row["chosen"] == "buy" else (u is None or u >= 1), row
+        if row["chosen"] == "rent":
+            assert row["rent_full_use_usd"] == pytest.approx(long.solution.rent, rel=1e-6)
+            assert row["buy_gpus"] == 8 and row["gpus"] == 4
 
 
 def test_renting_is_never_dearer_than_buying_alone(catalog):

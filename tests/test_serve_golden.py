@@ -124,7 +124,8 @@ def test_models_own_prediction_for_the_two_machines(catalog):
     ph100 = catalog.serve_params("h100-sxm", "fp16", "trtllm")
     b1 = ServePlan(tp=8, input_len=128, output_len=128, batch=1)
     assert 30 < 1 / serve(m, r4090, b1, p4090).tpot < 45  # seed: ≈ 45 at 100 % bandwidth
-    assert 75 < 1 / serve(m, h100, b1, ph100).tpot < 119  # seed: ≈ 119
+    # seed: ≈ 119; faster than the 18 ms per token TensorRT-LLM 0.14 measured on half the GPUs
+    assert 1 / 0.018 < 1 / serve(m, h100, b1, ph100).tpot < 119
     pp = ServePlan(tp=1, pp=8, input_len=128, output_len=128, batch=1)
     assert 4.5 < 1 / serve(m, r4090, pp, p4090).tpot < 7.2  # seed: ≈ 7
     sat = ServePlan(tp=8, input_len=512, output_len=512)
