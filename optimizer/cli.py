@@ -127,7 +127,7 @@ def estimate_train(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, mic
     except ValueError as exc:
         raise ProblemError(f"--tokens {tokens!r}: {exc}. To fix: e.g. --tokens 2T or --tokens 2e12.") from None
     catalog = load_catalog(catalog_dir)
-    model, server = _resolve(catalog, model_ref, gpu_id, server_id)
+    model, server = _resolve(catalog, model_ref, gpu_id, server_id, min(gpus, tp * cp))
     replica = tp * pp * cp
     if gpus % replica:
         raise ProblemError(f"--gpus {gpus} is not a multiple of TP {tp} × PP {pp} × CP {cp} = {replica}. "
@@ -234,15 +234,18 @@ def estimate_serve(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, pre
     from optimizer.perf.serve import ServePlan, math_precision, serve
 
     catalog = load_catalog(catalog_dir)
-    model, server = _resolve(catalog, model_ref, gpu_id, server_id)
+    model, server = _resolve(catalog, model_ref, gpu_id, server_id, tp * pp)
     if batch is not None and concurrency is not None:
         raise ProblemError("give --batch or --concurrency, not both.")
     if gpus % (tp * pp):
         raise ProblemError(f"--gpus {gpus} is not a multiple of TP {tp} × PP {pp} = {tp * pp}. "
                            f"To fix: use --gpus {max(1, gpus // (tp * pp)) * tp * pp}.")
     if tp * pp > catalog.servers[server].slots:
+        most = max(catalog.servers_for(gpu_id), key=lambda sv: sv.slots)
+        fix = (f"lower TP or PP, or name --server {most.id} ({most.slots} GPUs)" if most.slots >= tp * pp
+               else f"lower TP × PP to at most {most.slots} ({most.id}, the largest server for {gpu_id})")
         raise ProblemError(f"TP {tp} × PP {pp} exceeds the {catalog.servers[server].slots} GPUs of one {server}; "
-                           "serving replicas stay inside a server. To fix: lower TP or PP.")
+                           f"serving replicas stay inside a server. To fix: {fix}.")
     replicas = gpus // (tp * pp)
     per_replica = batch if batch is not None else (-(-concurrency // replicas) if concurrency else None)
     engine_id = _stack(catalog, "serving", engine, gpu_id)
@@ -309,15 +312,19 @@ def _stack_line(what: str, ident: str, default: bool, extrapolated: tuple[str, .
     return f"{what}: {ident}{how}{band}"
 
 
-def _resolve(catalog: Catalog, model_ref: str, gpu_id: str, server_id: str | None):
-    """The --model, --gpu and --server of an estimate, checked against the catalog."""
+def _resolve(catalog: Catalog, model_ref: str, gpu_id: str, server_id: str | None, slots: int = 1):
+    """The --model, --gpu and --server of an estimate, checked against the catalog. Without
+    --server: the first server that takes the GPU and holds ``slots`` of them (the GPUs a replica
+    keeps inside one server), else the first that takes it (the caller says why it cannot)."""
     from optimizer.problem import resolve_model
 
     model = resolve_model(model_ref, catalog, Path.cwd() / "command-line", "--model")
     if gpu_id not in catalog.gpus:
         raise ProblemError(f"--gpu: unknown GPU '{gpu_id}'.{suggest(gpu_id, catalog.gpus)}"
                            f" Known: {', '.join(sorted(catalog.gpus))}.")
-    server = _pick(catalog, "servers", server_id, [sv.id for sv in catalog.servers_for(gpu_id)], f"takes {gpu_id}")
+    takers = catalog.servers_for(gpu_id)
+    roomy = [sv.id for sv in takers if sv.slots >= slots] + [sv.id for sv in takers if sv.slots < slots]
+    server = _pick(catalog, "servers", server_id, roomy, f"takes {gpu_id}")
     return model, server
 
 

@@ -40,6 +40,24 @@ def test_estimate_train_json_keys():
     assert 0.3 < out["mfu"] < 0.75
 
 
+def test_estimate_picks_a_server_that_holds_the_replica():
+    """Eight 4090s at TP 8 need a server of eight: the default takes the first that holds them, not
+    the 4-card tower; a named server too small, or a TP beyond every server, says what would fit."""
+    base = ("estimate", "serve", "--model", "llama2-7b", "--gpu", "rtx-4090", "--input-len", "512",
+            "--output-len", "256", "--format", "json")
+    r = run(*base, "--gpus", "8", "--tp", "8")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["server"] == "rig-8-consumer"
+    assert json.loads(run(*base, "--gpus", "1").output)["server"] == "desktop-4"  # one card: the tower
+    small = run(*base, "--gpus", "8", "--tp", "8", "--server", "desktop-4")
+    assert small.exit_code == 2 and "name --server rig-8-consumer (8 GPUs)" in small.output
+    huge = run(*base, "--gpus", "16", "--tp", "16")
+    assert huge.exit_code == 2 and "at most 8" in huge.output
+    t = run("estimate", "train", "--model", "llama2-7b", "--gpu", "rtx-4090", "--gpus", "8", "--tp", "8",
+            "--format", "json")
+    assert t.exit_code == 0 and json.loads(t.output)["server"] == "rig-8-consumer", t.output
+
+
 def test_estimate_reports_a_plan_that_does_not_fit():
     r = run("estimate", "train", "--model", "llama2-70b", "--gpu", "h100-sxm", "--gpus", "8", "--format", "json")
     assert r.exit_code == 0
