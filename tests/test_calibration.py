@@ -157,7 +157,7 @@ def _median_p90(comparisons):
 
 
 # Out-of-source accuracy today (gpuopt validate --cv source, 2026-11-24: training 350 rows from 23
-# sources, median 9.7 % / p90 27.3 %; serving 1,065 rows from 19 sources, 18.5 % / 68.2 %), with a
+# sources, median 9.8 % / p90 27.1 %; serving 1,065 rows from 19 sources, 18.5 % / 68.2 %), with a
 # small margin: regression guards. The serving p90 was 64.2 % on the 941 rows expressed before GH200,
 # A10G, GLM-4.5/4.6 and InternLM-20B entered the catalog: their 124 rows (TGI 1.0 GPTQ on A10G,
 # GPUStack's GLM bursts) are harder, not the model worse (on the old rows: 17.9 % / 62.9 %). Issue
