@@ -21,7 +21,7 @@ from optimizer.milp import fabric_links, rent_cost
 from optimizer.problem import answer_regime
 from optimizer.recommend import HOURS_PER_YEAR, Recommendation, targets_of
 from optimizer.tco import break_even, break_even_lines, cost_lines, cost_terms, price_lines, prices_used
-from optimizer.workloads_report import workloads_plan, workloads_text
+from optimizer.workloads_report import predicted_capacity, workloads_plan, workloads_text
 
 BOM_COLUMNS = ("category", "sku", "description", "quantity", "unit_price_usd", "extended_price_usd",
                "unit_power_w", "power_w", "source")
@@ -159,8 +159,8 @@ def summary(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
     elif p.kind == "serve":
         plan = _serving_plan(rec)
         for cls in plan["classes"]:
-            cls["capacity_band_90"] = [cls["capacity_output_tokens_per_s"] * low,
-                                       cls["capacity_output_tokens_per_s"] * high]
+            cls["capacity_band_90"] = [cls["predicted_output_tokens_per_s"] * low,
+                                       cls["predicted_output_tokens_per_s"] * high]
         seconds = p.horizon_years * HOURS_PER_YEAR * 3600
         cost["usd_per_million_output_tokens"] = cost["tco_usd"] / (p.total_demand * seconds) * 1e6
         cost["output_tokens_per_usd"] = p.total_demand * seconds / cost["tco_usd"]
@@ -280,7 +280,9 @@ def _serving_plan(rec: Recommendation) -> dict[str, Any]:
     capacity = sol.serving_capacity()
     return {"replicas": replicas,
             "classes": [{"name": d.name, "demand_output_tokens_per_s": d.output_tokens_per_s,
-                         "capacity_output_tokens_per_s": capacity.get(d.name, 0.0)} for d in rec.problem.demands],
+                         "capacity_output_tokens_per_s": capacity.get(d.name, 0.0),
+                         "predicted_output_tokens_per_s": predicted_capacity(replicas, d.name)}
+                        for d in rec.problem.demands],
             "gpus": sum(p.gpus for p in sol.purchases), "servers": sum(p.servers for p in sol.purchases),
             "gpu_types": sorted({rec.table.groups[p.group].gpu for p in sol.purchases})}
 
@@ -444,12 +446,8 @@ def _serving_text(s: dict[str, Any], h) -> list[str]:
                      f"batch {r['batch']}: {r['output_tokens_per_s_each']:,.0f} output tokens/s each, "
                      f"TTFT {r['ttft_ms']:,.0f} ms, TPOT {r['tpot_ms']:,.1f} ms.")
     lines.append(f"In all {plan['gpus']} GPUs ({', '.join(plan['gpu_types'])}) in {plan['servers']} servers; "
-                 "capacity " + ", ".join(f"{c['name']} {c['capacity_output_tokens_per_s']:,.0f} of "
-                                         f"{c['demand_output_tokens_per_s']:,.0f} (90 % band "
-                                         f"{c['capacity_band_90'][0]:,.0f}-{c['capacity_band_90'][1]:,.0f})"
-                                         for c in plan["classes"])
-                 + " output tokens/s" + (f"; planned at {p['confidence']} % confidence." if p.get("confidence")
-                                         else "."))
+                 "capacity " + ", ".join(_capacity_text(c, p.get("confidence")) for c in plan["classes"])
+                 + " output tokens/s.")
     lines.append(_cost_line(cost))
     lines.append(f"At the demanded rate all {cost['horizon_years']:g} years: "
                  f"${cost['usd_per_million_output_tokens']:,.3f} per million output tokens "
@@ -526,3 +524,15 @@ def write_bom(rows: list[dict[str, Any]], path: Path) -> None:
         path.write_bytes(_deterministic_zip(buffer.getvalue()))
     else:
         raise ProblemError(f"--bom {path}: unknown extension '{path.suffix}'. To fix: use .csv, .xlsx, .json or .md.")
+
+
+def _capacity_text(c: dict[str, Any], confidence: int | None) -> str:
+    """'chat 30,051 of 30,000 (90 % band ...)'; at a confidence, the planned (pessimistic) capacity
+    with the model's prediction beside it, which the band brackets."""
+    band = f"90 % band {c['capacity_band_90'][0]:,.0f}-{c['capacity_band_90'][1]:,.0f}"
+    head = f"{c['name']} {c['capacity_output_tokens_per_s']:,.0f} of {c['demand_output_tokens_per_s']:,.0f}"
+    if confidence:
+        return (f"{head} planned at {confidence} % confidence (predicted "
+                f"{c['predicted_output_tokens_per_s']:,.0f}, {band})")
+    return f"{head} ({band})"
+

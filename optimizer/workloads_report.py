@@ -14,6 +14,13 @@ from optimizer.problem import answer_regime
 from optimizer.recommend import Recommendation
 
 
+def predicted_capacity(replicas: list[dict[str, Any]], name: str) -> float:
+    """A class's output tokens/s as the model predicts them (the re-check of each replica type):
+    what the 90 % band brackets. The capacity the MIP planned with is lower where the problem
+    asks for a confidence (each rate times its band's low quantile): banding that again would
+    count the uncertainty twice."""
+    return sum(r["output_tokens_per_s_each"] * r["replicas"] for r in replicas if r["class"] == name)
+
 def workloads_plan(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
     """Per workload: its window, hardware and plan (training) or replicas (serving); per
     hardware group: what was bought or owned and which workloads use how many of its GPUs."""
@@ -54,7 +61,8 @@ def workloads_plan(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
             entry.update(replicas=replicas, classes=[
                 {"name": d.name, "demand_output_tokens_per_s": d.output_tokens_per_s,
                  "capacity_output_tokens_per_s": capacity.get(f"{ph.name}/{d.name}", 0.0),
-                 "capacity_band_90": [capacity.get(f"{ph.name}/{d.name}", 0.0) * serve_band.ratio(q) for q in (5, 95)]}
+                 "predicted_output_tokens_per_s": predicted_capacity(replicas, d.name),
+                 "capacity_band_90": [predicted_capacity(replicas, d.name) * serve_band.ratio(q) for q in (5, 95)]}
                 for d in ph.problem.demands])
         out.append(entry)
     usage = sol.usage()

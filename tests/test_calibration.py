@@ -338,6 +338,26 @@ def test_confidence_costs_more_and_still_meets_the_deadline(tiny_problem):
     assert lo < plain["plan"]["days"] < hi
 
 
+def test_a_confident_serving_plan_bands_the_prediction_once():
+    """At 90 % confidence every replica's rate is planned at its band's 10th percentile; the 90 %
+    band printed beside it brackets the model's prediction, not that planned capacity (which would
+    apply the band twice)."""
+    runner = CliRunner()
+    path = str(ROOT / "problems" / "llama2_70b_serving_h100.yaml")
+    sure = json.loads(runner.invoke(main, ["solve", path, "--format", "json", "--confidence", "90"]).output)
+    factor = sure["uncertainty"]["planning_factor"]
+    assert factor < 1
+    for cls in sure["plan"]["classes"]:
+        predicted = sum(r["output_tokens_per_s_each"] * r["replicas"] for r in sure["plan"]["replicas"]
+                        if r["class"] == cls["name"])
+        assert cls["predicted_output_tokens_per_s"] == pytest.approx(predicted)
+        assert cls["capacity_output_tokens_per_s"] == pytest.approx(predicted * factor, rel=1e-6)
+        lo, hi = cls["capacity_band_90"]
+        assert lo < predicted < hi and lo > cls["capacity_output_tokens_per_s"] * 0.5
+    text = runner.invoke(main, ["solve", path, "--confidence", "90"]).output
+    assert "planned at 90 % confidence (predicted" in text
+
+
 def test_confidence_must_be_a_calibrated_level(tiny_problem, tmp_path):
     bad = tmp_path / "c.yaml"
     bad.write_text(tiny_problem.read_text() + "confidence: 85\n")
