@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from optimizer import gpu_names
 from optimizer.catalog import AT_BATCH, AT_MAX_LOAD, Catalog
 from optimizer.errors import CatalogError, ProblemError, suggest
 from optimizer.perf.specs import ModelSpec
@@ -40,7 +41,7 @@ from optimizer.procurement import (
     parse_cli_price,
     resolve_procurement,
 )
-from optimizer.validation import parse_quantity, read_yaml, short_repr, validate
+from optimizer.validation import parse_quantity, read_yaml, short_repr, thousands_in_flow, validate
 
 SCHEMA_VERSION = 1
 def _positive_quantity(value: object) -> float:
@@ -53,6 +54,17 @@ def _positive_quantity(value: object) -> float:
 # A positive number written as 1e12, '1T', '500B' or '250k', validated (and parsed) by the schema
 # before the type check, so one message says what is wrong with any input (not one per type tried).
 Quantity = Annotated[float, BeforeValidator(_positive_quantity)]
+
+
+def _whole_tokens(value: object) -> int:
+    """A request length written as 512, '1k' or '32K': a whole number of tokens, 1 to 1M."""
+    number = _positive_quantity(value)
+    if number != int(number) or number > 1_000_000:
+        raise ValueError(f"expected a whole number of tokens from 1 to 1,000,000 such as 512 or '1k', got {value!r}")
+    return int(number)
+
+
+Tokens = Annotated[int, BeforeValidator(_whole_tokens)]
 
 
 class Strict(BaseModel):
@@ -106,8 +118,8 @@ class RequestClass(Strict):
     """One kind of request a serving cluster must sustain, with its latency limits."""
 
     name: str
-    input_len: int = Field(ge=1, le=1_000_000)
-    output_len: int = Field(ge=1, le=1_000_000)
+    input_len: Tokens
+    output_len: Tokens
     output_tokens_per_s: Quantity | None = None
     requests_per_s: float | None = Field(default=None, gt=0)
     ttft_ms: float | None = Field(default=None, gt=0)
@@ -174,6 +186,12 @@ class ServePhase(ServeWorkload):
 class Budget(Strict):
     usd: Quantity
     covers: Literal["capex", "tco"] = "capex"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _a_number(cls, v: object) -> object:
+        """``budget: 500k`` (a number or a quantity alone) is that many dollars of capex."""
+        return v if isinstance(v, dict) else {"usd": v}
 
 
 class Site(Strict):
@@ -395,6 +413,38 @@ class Problem:
         return sum(d.output_tokens_per_s for d in self.demands)
 
 
+def _gpu_ids(data: dict, catalog: Catalog, path: Path) -> dict:
+    """``data`` with the GPUs of hardware.allow_gpus / exclude_gpus / max_units and inventory
+    written as people say them ("H100 SXM", "4090", "MI300X") turned into catalog ids; a name
+    that could be several GPUs is an error that lists them. Names matching nothing are left for
+    the id checks (unknown id, with close matches)."""
+    def one(text: object, field: str) -> object:
+        if not isinstance(text, str) or text in catalog.gpus or text in catalog.servers:
+            return text
+        found = gpu_names.resolve(text, catalog.gpus)
+        if isinstance(found, str):
+            return found
+        if len(found) > 1:
+            raise ProblemError(f"{path}: field '{field}': '{text}' could be any of {', '.join(found)}. "
+                               "To fix: name the one you mean (or list each you allow).")
+        return text
+
+    out = dict(data)
+    hw = data.get("hardware")
+    if isinstance(hw, dict):
+        hw = dict(hw)
+        for key in ("allow_gpus", "exclude_gpus"):
+            if isinstance(hw.get(key), list):
+                hw[key] = [one(g, f"hardware.{key}[{i}]") for i, g in enumerate(hw[key])]
+        if isinstance(hw.get("max_units"), dict):
+            hw["max_units"] = {one(k, f"hardware.max_units.{k}"): v for k, v in hw["max_units"].items()}
+        out["hardware"] = hw
+    if isinstance(data.get("inventory"), list):
+        out["inventory"] = [{**e, "gpu": one(e.get("gpu"), f"inventory[{i}].gpu")} if isinstance(e, dict) else e
+                            for i, e in enumerate(data["inventory"])]
+    return out
+
+
 def _check_ids(path: Path, field: str, ids: tuple[str, ...], table: dict) -> None:
     for ident in ids:
         if ident not in table:
@@ -450,7 +500,7 @@ def resolve_model(ref: str | InlineModel, catalog: Catalog, path: Path, field: s
 def load_problem(path: Path | str, catalog: Catalog) -> Problem:
     """Read and validate a problem file against ``catalog``."""
     path = Path(path)
-    return problem_from_data(read_yaml(path, ProblemError), path, catalog)
+    return problem_from_data(read_yaml(path, ProblemError, thousands_in_flow), path, catalog)
 
 
 def load_priced(path: Path | str, catalog: Catalog, cli_prices: tuple[str, ...] = ()) -> tuple[Problem, Catalog]:
@@ -470,6 +520,7 @@ def problem_from_data(data: dict, path: Path, catalog: Catalog, check_grid: bool
     """Validate a problem given as a mapping (as read from YAML); ``path`` names it in messages.
     ``check_grid``: reject search-grid TP values the model cannot use (off for the workloads of a
     problem with several, whose grid is checked against all their models at once)."""
+    data = _gpu_ids(data, catalog, path)
     if data.get("schema_version") != SCHEMA_VERSION:
         raise ProblemError(f"{path}: schema_version is {short_repr(data.get('schema_version'))}; this gpuopt reads "
                            f"{SCHEMA_VERSION}. To fix: add 'schema_version: 1' at the top.")

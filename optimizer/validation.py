@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +16,26 @@ from pydantic import BaseModel, ValidationError
 
 from optimizer.errors import GpuoptError, suggest
 
+# a value such as 50,000 in a flow mapping: YAML would end the value at its comma
+_FLOW_THOUSANDS = re.compile(r"(:[ \t]+)(\d{1,3}(?:,\d{3})+)(?=[ \t]*[,}])")
 
-def read_yaml(path: Path, error: type[GpuoptError]) -> Any:
-    """Parse a YAML file or raise ``error`` with the file and the line of the fault."""
+
+def thousands_in_flow(text: str) -> str:
+    """``{name: chat, output_tokens_per_s: 50,000}`` read as 50000, as people write it: in a flow
+    mapping YAML splits ``50,000`` at the comma into 50 and a key ``000``. Only a value after a
+    key's colon, on a line inside braces, with groups of three digits, followed by a comma or the
+    closing brace; quoted text and block mappings are untouched."""
+    lines = []
+    for line in text.splitlines(keepends=True):
+        if "{" in line and not line.lstrip().startswith("#"):
+            line = _FLOW_THOUSANDS.sub(lambda m: m.group(1) + m.group(2).replace(",", ""), line)
+        lines.append(line)
+    return "".join(lines)
+
+
+def read_yaml(path: Path, error: type[GpuoptError], rewrite: Callable[[str], str] | None = None) -> Any:
+    """Parse a YAML file or raise ``error`` with the file and the line of the fault; ``rewrite``
+    may first turn what people type into YAML (``thousands_in_flow``)."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -28,6 +46,8 @@ def read_yaml(path: Path, error: type[GpuoptError]) -> Any:
                     "To fix: save the file as UTF-8.") from None
     except OSError as exc:
         raise error(f"{path}: cannot read it ({exc.strerror}).") from None
+    if rewrite is not None:
+        text = rewrite(text)
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

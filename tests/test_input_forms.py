@@ -1,0 +1,91 @@
+"""Input the way people type it (issue 15, item 8): `budget: 500k`, `input_len: 1k`, 50,000 inside
+a flow mapping, GPU names as people say them, each checked from the CLI on a problem file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from optimizer import gpu_names
+from optimizer.cli import main
+from optimizer.validation import thousands_in_flow
+
+SERVING = """\
+schema_version: 1
+name: typed
+workload:
+  kind: serve
+  model: llama2-7b
+  precisions: [fp16]
+  classes:
+    - {name: chat, input_len: 1k, output_len: 256, output_tokens_per_s: 20,000, tpot_ms: 60}
+objective: min_cost
+site: {datacenter: false}
+hardware:
+  allow_gpus: ["4090", "RTX 3090"]
+search: {tp: [1, 2], pp: [1]}
+solver: {time_limit_s: 20}
+"""
+
+
+def _solve(tmp_path: Path, text: str, *args: str):
+    path = tmp_path / "typed.yaml"
+    path.write_text(text)
+    return CliRunner().invoke(main, ["solve", str(path), *args])
+
+
+def test_lengths_thousands_and_gpu_names_as_people_type_them(tmp_path):
+    r = _solve(tmp_path, SERVING, "--format", "json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    chat = out["plan"]["classes"][0]
+    assert chat["demand_output_tokens_per_s"] == 20_000
+    assert {x["gpu"] for x in out["plan"]["replicas"]} <= {"rtx-4090", "rtx-3090"}
+    assert all(x["class"] == "chat" for x in out["plan"]["replicas"])
+    # the same problem written with ids and plain numbers gives the same answer
+    plain = SERVING.replace("input_len: 1k", "input_len: 1000").replace("20,000", "20000").replace(
+        '["4090", "RTX 3090"]', "[rtx-4090, rtx-3090]")
+    same = json.loads(_solve(tmp_path, plain, "--format", "json").output)
+    assert same["objective"] == out["objective"] and same["bom"] == out["bom"]
+
+
+def test_a_budget_given_as_a_number_is_capex(tmp_path):
+    root = Path(__file__).resolve().parent.parent
+    text = (root / "problems" / "lab_budget.yaml").read_text()
+    assert "budget:" in text
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("budget:"))
+    end = next(i for i in range(start + 1, len(lines)) if not lines[i].startswith(" "))
+    scalar = "\n".join([*lines[:start], "budget: 500k", *lines[end:]]) + "\n"
+    r = _solve(tmp_path, scalar, "--format", "json")
+    assert r.exit_code == 0, r.output
+    problem = json.loads(r.output)["problem"]
+    assert problem["budget_usd"] == 500_000 and problem["budget_covers"] == "capex"
+
+
+def test_an_ambiguous_gpu_name_lists_what_it_could_be(tmp_path):
+    r = _solve(tmp_path, SERVING.replace('["4090", "RTX 3090"]', '["H100"]'))
+    assert r.exit_code == 2
+    assert "field 'hardware.allow_gpus[0]': 'H100' could be any of h100-pcie, h100-sxm, h100-sxm-96gb-500w" in r.output
+    unknown = _solve(tmp_path, SERVING.replace('["4090", "RTX 3090"]', '["RTX 9090"]'))
+    assert unknown.exit_code == 2 and "unknown id 'RTX 9090'" in unknown.output
+
+
+@pytest.mark.parametrize("name, gpu", [
+    ("H100 SXM", "h100-sxm"), ("4090", "rtx-4090"), ("MI300X", "mi300x"), ("3090", "rtx-3090"),
+    ("3090 Ti", "rtx-3090-ti"), ("RTX 6000 Ada", "rtx-6000-ada"), ("NVIDIA A100 SXM 80GB", "a100-sxm-80gb"),
+    ("Gaudi 3", "gaudi3")])
+def test_gpu_names_resolve_when_one_gpu_fits(catalog, name, gpu):
+    assert gpu_names.resolve(name, catalog.gpus) == gpu
+
+
+def test_thousands_separators_only_where_yaml_would_split_a_value():
+    text = "classes:\n  - {name: chat, output_tokens_per_s: 50,000, ttft_ms: 1,500}\ntp: [100,200]\nx: 1,000\n"
+    fixed = thousands_in_flow(text)
+    assert "output_tokens_per_s: 50000, ttft_ms: 1500}" in fixed
+    assert "tp: [100,200]" in fixed and "x: 1,000" in fixed  # a list and a block value are left alone
+    quoted = '  - {name: "a: 1,000", n: 2}\n'
+    assert thousands_in_flow(quoted) == quoted
