@@ -18,6 +18,7 @@ from typing import Any
 from optimizer.catalog import Band, Catalog, Price
 from optimizer.errors import ProblemError
 from optimizer.milp import fabric_links, rent_cost
+from optimizer.owned import owned_account, owned_lines
 from optimizer.problem import answer_regime
 from optimizer.recommend import HOURS_PER_YEAR, Recommendation, targets_of
 from optimizer.tco import break_even, break_even_lines, cost_lines, cost_terms, price_lines, prices_used
@@ -193,6 +194,7 @@ def summary(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
         "bom": [r.as_dict() for r in bom],
         "prices_used": prices_used(rec, catalog),
         "break_even": break_even(rec, catalog),
+        "owned": owned_account(rec, catalog),
         "solver": {"backend": sol.backend, "status": sol.status.value, "gap": sol.gap,
                    "time_limit_s": p.solver.time_limit_s,
                    "variables": sol.variables, "constraints": sol.constraints,
@@ -347,6 +349,9 @@ def render_text(s: dict[str, Any], markdown: bool = False) -> str:
     lines += _bom_table(s["bom"], markdown)
     lines.append(h(f"Total cost of ownership over {cost['horizon_years']:g} years"))
     lines += [f"    {line}" if markdown and i < 6 else line for i, line in enumerate(cost_lines(cost))]
+    if s["owned"]:
+        lines.append(h("Owned hardware"))
+        lines += owned_lines(s["owned"])
     if s["break_even"]:
         lines.append(h("Buy or rent"))
         lines += break_even_lines(s["break_even"], cost["horizon_years"])

@@ -118,6 +118,29 @@ def test_owned_gpus_are_used_before_buying(catalog):
     assert cost["maintenance_usd"] > rec.solution.capex * 0.06 * 3
 
 
+def test_owned_hardware_is_accounted_for(catalog):
+    """Every inventory line says how many owned GPUs the answer uses; idle ones say why, in numbers:
+    running them (cards, and the owned towers left empty) over the horizon, and what they alone
+    would serve, at $0 capex."""
+    rec = _solve(_data("owned_inventory_serving.yaml"), catalog)
+    rows = {r["gpu"]: r for r in summary(rec, catalog)["owned"]}
+    assert rows["a100-sxm-80gb"]["idle"] == 0 and rows["rtx-3090"]["idle"] == 0
+    ti = rows["rtx-2080-ti"]
+    assert ti["owned"] == 12 and ti["used"] + ti["idle"] == 12 and ti["idle"] > 0
+    p = rec.problem
+    gpu, tower = catalog.gpus["rtx-2080-ti"], catalog.servers["desktop-4"]
+    towers = ti["idle"] // tower.slots
+    watts = ti["idle"] * gpu.tdp_w + towers * tower.base_power_w
+    per_watt = p.load_factor * p.pue * p.horizon_years * 8766 * p.electricity_usd_per_kwh / 1000
+    upkeep = p.maintenance_per_year * p.horizon_years * (ti["idle"] * gpu.price.usd + towers * tower.price.usd)
+    assert ti["running_cost_usd"] == pytest.approx(watts * per_watt + upkeep)
+    best = max((r for r in rec.table.serving if rec.table.groups[r.group].gpu == "rtx-2080-ti"),
+               key=lambda r: r.tokens_per_s / r.gpus_per_replica)
+    assert ti["alone_output_tokens_per_s"] == pytest.approx(ti["idle"] // best.gpus_per_replica * best.tokens_per_s)
+    text = CliRunner().invoke(main, ["solve", str(ROOT / "problems" / "owned_inventory_serving.yaml")]).output
+    assert "Owned hardware" in text and f"{ti['idle']} idle: running them would cost" in text
+
+
 def test_training_buys_only_what_the_owned_server_lacks(catalog, tiny_problem):
     data = yaml.safe_load(tiny_problem.read_text())
     data["hardware"] = {"allow_gpus": ["a100-sxm-80gb"], "max_gpus": 64, "exclude_fabrics": ["eth-25g-1"]}

@@ -1,0 +1,77 @@
+"""An account of owned hardware (issue 15, item 6): which owned GPUs the answer uses, and for those
+it leaves idle, why, in numbers: what running them would cost over the horizon and what they alone
+would serve at $0 capex.
+
+Owned cards cost no capex but draw power and pay maintenance on their catalog value (and
+colocation per kW where the site rents space), so the MIP leaves them idle when the same demand
+is met more cheaply without them; it never leaves them idle to buy what they would do for less.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from optimizer.catalog import Catalog
+from optimizer.recommend import Recommendation, opex_per_watt, targets_of
+
+
+def owned_account(rec: Recommendation, catalog: Catalog) -> list[dict[str, Any]]:
+    """Per inventory line: GPUs owned, used and idle; for idle ones, the cost of running them (and
+    the owned servers left empty) over the horizon (power at the problem's load and PUE,
+    colocation, maintenance on their catalog value) and, for serving,
+    what they alone would serve with their best replica type, or why no replica type fits them."""
+    p = rec.problem
+    used: dict[str, tuple[int, int]] = {}  # pool -> (owned GPUs, owned servers) in use
+    for b in rec.solution.purchases:
+        pool = rec.table.groups[b.group].pool
+        if pool is not None:
+            gpus, servers = used.get(pool, (0, 0))
+            used[pool] = (gpus + b.owned_gpus, servers + b.owned_servers)
+    maintenance = targets_of(p).maintenance
+    out = []
+    for o in p.inventory:
+        gpu = catalog.gpus[o.gpu]
+        n_used, servers_used = used.get(o.pool, (0, 0))
+        n_used = min(n_used, o.count)
+        entry: dict[str, Any] = {"gpu": o.gpu, "server": o.server, "owned": o.count, "used": n_used,
+                                 "idle": o.count - n_used}
+        if entry["idle"]:
+            idle_servers = max(0, o.servers - servers_used)
+            server = catalog.servers[o.server] if o.server else None
+            watts = entry["idle"] * gpu.tdp_w + (idle_servers * server.base_power_w if server else 0.0)
+            value = entry["idle"] * gpu.price.usd + (idle_servers * server.price.usd if server else 0.0)
+            entry["running_cost_usd"] = watts * opex_per_watt(p) + maintenance * value
+            entry.update(_alone(rec, o.pool, entry["idle"]))
+            entry["why"] = rec.table.gpu_reasons.get(o.gpu) or _why(p.kind, entry)
+        out.append(entry)
+    return out
+
+
+def _alone(rec: Recommendation, pool: str, idle: int) -> dict[str, Any]:
+    """What ``idle`` GPUs of the pool would serve with their best replica type (output tokens/s)."""
+    best = max((r for r in rec.table.serving if rec.table.groups[r.group].pool == pool),
+               key=lambda r: r.tokens_per_s / r.gpus_per_replica, default=None)
+    if best is None:
+        return {}
+    replicas = idle // best.gpus_per_replica
+    return {"alone_output_tokens_per_s": replicas * best.tokens_per_s, "alone_replicas": replicas,
+            "alone_replica": f"TP={best.plan.tp} PP={best.plan.pp} {best.plan.precision}, batch {best.plan.batch}"}
+
+
+def _why(kind: str, e: dict[str, Any]) -> str:
+    if kind == "train" or "alone_output_tokens_per_s" not in e:
+        return "the job runs on one GPU type, and another meets the target at less cost"
+    return (f"running them would cost ${e['running_cost_usd']:,.0f} over the horizon for "
+            f"{e['alone_output_tokens_per_s']:,.0f} output tokens/s ({e['alone_replicas']} replicas of "
+            f"{e['alone_replica']}); every target is met for less without them")
+
+
+def owned_lines(rows: list[dict[str, Any]]) -> list[str]:
+    lines = []
+    for r in rows:
+        where = f" in {r['server']}" if r["server"] else ""
+        line = f"{r['used']} of {r['owned']} owned {r['gpu']}{where} used"
+        if r["idle"]:
+            line += f"; {r['idle']} idle: {r['why']}"
+        lines.append(line + ".")
+    return lines
