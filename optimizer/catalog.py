@@ -140,6 +140,7 @@ class Server(Record):
     power_source: str
     rack_units: int = Field(ge=1, le=60)
     rack_units_source: str
+    workstation: bool = False  # a tower, desktop or consumer rig, not a rack-mounted data-centre server
 
 
 class LinkType(Record):

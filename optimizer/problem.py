@@ -196,6 +196,8 @@ class Budget(Strict):
 
 class Site(Strict):
     datacenter: bool = True
+    # workstation towers, desktops and consumer rigs: allowed outside a data centre, in one only if true
+    allow_workstations: bool | None = None
     power_cap_kw: float | None = Field(default=None, gt=0)
     electricity_usd_per_kwh: float | None = Field(default=None, gt=0, le=10)
     pue: float | None = Field(default=None, ge=1.0, le=3.0)
@@ -385,6 +387,7 @@ class Problem:
     inventory: tuple[Owned, ...] = ()
     offers: tuple[str, ...] = ()  # cloud offers that may be rented
     max_units: tuple[tuple[str, int], ...] = ()  # (GPU or server id, most units bought)
+    allow_workstations: bool = True  # towers, desktops and consumer rigs may be chosen (not in a data centre)
     maintenance_per_year: float = 0.0
     colocation_usd_per_kw_month: float = 0.0
     installation_usd_per_server: float = 0.0
@@ -590,6 +593,8 @@ def problem_from_data(data: dict, path: Path, catalog: Catalog, check_grid: bool
         budget_usd=budget,
         budget_covers=spec.budget.covers if spec.budget else "capex",
         datacenter=spec.site.datacenter,
+        allow_workstations=(spec.site.allow_workstations if spec.site.allow_workstations is not None
+                            else not spec.site.datacenter),
         power_cap_w=spec.site.power_cap_kw * 1e3 if spec.site.power_cap_kw else None,
         electricity_usd_per_kwh=spec.site.electricity_usd_per_kwh or fac.electricity_usd_per_kwh.value,
         pue=pue,

@@ -195,6 +195,9 @@ def summary(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
         "prices_used": prices_used(rec, catalog),
         "break_even": break_even(rec, catalog),
         "owned": owned_account(rec, catalog),
+        # towers, desktops and consumer rigs in the answer: flagged, as a data centre would not take them
+        "workstations": sorted({rec.table.groups[b.group].server for b in rec.solution.purchases
+                                if catalog.servers[rec.table.groups[b.group].server].workstation}),
         "solver": {"backend": sol.backend, "status": sol.status.value, "gap": sol.gap,
                    "time_limit_s": p.solver.time_limit_s,
                    "variables": sol.variables, "constraints": sol.constraints,
@@ -347,6 +350,10 @@ def render_text(s: dict[str, Any], markdown: bool = False) -> str:
         lines += _serving_text(s, h) if p["kind"] == "serve" else _training_text(s, h)
     lines.append(h("Bill of materials"))
     lines += _bom_table(s["bom"], markdown)
+    if s["workstations"]:
+        where = ("allowed by site.allow_workstations" if p.get("datacenter") else "the site is not a data centre")
+        lines.append(f"Workstation chassis: {', '.join(s['workstations'])} (towers or consumer rigs, not "
+                     f"rack-mounted; {where}).")
     lines.append(h(f"Total cost of ownership over {cost['horizon_years']:g} years"))
     lines += [f"    {line}" if markdown and i < 6 else line for i, line in enumerate(cost_lines(cost))]
     if s["owned"]:

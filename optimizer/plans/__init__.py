@@ -193,6 +193,8 @@ def _site_groups(problem: Problem, catalog: Catalog, gpu_id: str, role: str) -> 
         owned = _owned(problem, gpu_id, server.id)
         if owned is None and not problem.may_buy(gpu_id):
             continue
+        if server.workstation and not problem.allow_workstations and owned is None:
+            continue  # towers and consumer rigs: not in a data centre unless the problem allows them
         fabrics: list[str | None] = [None]
         if role == "train":
             fabrics += [f for f in server.fabrics if f not in problem.exclude_fabrics]
@@ -261,6 +263,10 @@ def no_group_reason(problem: Problem, catalog: Catalog, gpu_id: str) -> str:
             return (f"export rules: region '{region.id}' allows only {', '.join(region.allowed_gpus)} "
                     f"({region.date})")
         return "not bought (procurement.buy is false), not owned and no cloud offer rents it"
+    takers = [sv for sv in catalog.servers_for(gpu_id) if sv.id not in problem.exclude_servers]
+    if takers and all(sv.workstation for sv in takers) and not problem.allow_workstations:
+        return (f"only workstation towers or consumer rigs take it ({', '.join(sv.id for sv in takers)}), and this "
+                "data centre does not (site.allow_workstations: true allows them)")
     return "no server in the catalog (or allowed by the problem) takes it"
 
 
