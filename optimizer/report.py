@@ -51,8 +51,12 @@ class BomRow:
 
 
 def _src(price: Price) -> str:
-    flag = "ASSUMPTION: " if price.assumption else ""
-    return f"{flag}{price.source} [{price.date}]"
+    """A BOM row's source: an assumed price says ASSUMPTION once, whether or not its source text
+    already starts with the word ('assumption: no price found' is not doubled)."""
+    text = price.source
+    if price.assumption:
+        text = "ASSUMPTION: " + re.sub(r"^assumption\s*[:,-]?\s*", "", text, flags=re.IGNORECASE)
+    return f"{text} [{price.date}]"
 
 
 def bill_of_materials(rec: Recommendation, catalog: Catalog) -> list[BomRow]:

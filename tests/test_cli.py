@@ -173,3 +173,16 @@ def test_serving_fits_only_within_the_engines_share_of_memory():
     at = json.loads(CliRunner().invoke(main, [*args, "--batch", str(top["max_batch"])]).output)
     over = json.loads(CliRunner().invoke(main, [*args, "--batch", str(top["max_batch"] + 1)]).output)
     assert at["fits"] and not over["fits"]
+
+
+def test_an_assumed_price_says_assumption_once():
+    from optimizer.catalog import Price
+    from optimizer.report import _src
+
+    assert _src(Price(usd=1.0, date="2026-11", source="assumption: no price found", assumption=True)) == \
+        "ASSUMPTION: no price found [2026-11]"
+    assert _src(Price(usd=1.0, date="2026-11", source="vendor quote", assumption=True)) == \
+        "ASSUMPTION: vendor quote [2026-11]"
+    assert _src(Price(usd=1.0, date="2026-11", source="list price", assumption=False)) == "list price [2026-11]"
+    out = run("solve", str(ROOT / "problems" / "lab_budget.yaml"), "--format", "json").output
+    assert "assumption: assumption" not in out.lower()
