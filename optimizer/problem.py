@@ -171,7 +171,7 @@ class TrainPhase(Workload):
 
     name: str = Field(min_length=1)
     start_days: float = Field(default=0.0, ge=0)
-    deadline_days: float = Field(gt=0)
+    deadline_days: float = Field(gt=0, le=36_525)
 
 
 class ServePhase(ServeWorkload):
@@ -308,7 +308,7 @@ class ProblemFile(Strict):
     workloads: tuple[Annotated[Annotated[TrainPhase, Tag("train")] | Annotated[ServePhase, Tag("serve")],
                                Discriminator(_workload_kind)], ...] = ()
     objective: Literal["min_cost", "min_time"]
-    deadline_days: float | None = Field(default=None, gt=0)
+    deadline_days: float | None = Field(default=None, gt=0, le=36_525)  # at most a century
     budget: Budget | None = None
     site: Site = Site()
     hardware: HardwareChoice = HardwareChoice()

@@ -33,6 +33,23 @@ def thousands_in_flow(text: str) -> str:
     return "".join(lines)
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a mapping that gives one key twice (PyYAML keeps the last
+    silently, so a second `budget:` would quietly replace the first)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if isinstance(key, str | int | float | bool) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key '{key}' is given twice (lines {seen[key]} and {line})", key_node.start_mark)
+            if isinstance(key, str | int | float | bool):
+                seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml(path: Path, error: type[GpuoptError], rewrite: Callable[[str], str] | None = None) -> Any:
     """Parse a YAML file or raise ``error`` with the file and the line of the fault; ``rewrite``
     may first turn what people type into YAML (``thousands_in_flow``)."""
@@ -49,12 +66,13 @@ def read_yaml(path: Path, error: type[GpuoptError], rewrite: Callable[[str], str
     if rewrite is not None:
         text = rewrite(text)
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise error(f"{path}: malformed YAML{where}: {problem}. To fix: check indentation and quoting.") from None
+        fix = "keep one of them" if "given twice" in problem else "check indentation and quoting"
+        raise error(f"{path}: malformed YAML{where}: {problem}. To fix: {fix}.") from None
     except ValueError as exc:  # a well-formed scalar its type cannot hold: 2024-02-30, an integer of 5000 digits
         reason = str(exc).split(";")[0]  # not Python's advice on sys.set_int_max_str_digits
         raise error(f"{path}: unreadable YAML value{_where_unreadable(text)}: {reason}. To fix: correct it, "

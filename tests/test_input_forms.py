@@ -89,3 +89,20 @@ def test_thousands_separators_only_where_yaml_would_split_a_value():
     assert "tp: [100,200]" in fixed and "x: 1,000" in fixed  # a list and a block value are left alone
     quoted = '  - {name: "a: 1,000", n: 2}\n'
     assert thousands_in_flow(quoted) == quoted
+
+
+def test_a_key_given_twice_is_bad_input_not_last_wins(tmp_path):
+    """PyYAML keeps the last of two equal keys silently; a second `classes:` or `budget:` would
+    quietly replace the first. Every YAML file gpuopt reads refuses it, naming both lines."""
+    r = _solve(tmp_path, SERVING + "objective: min_time\n")
+    assert r.exit_code == 2
+    assert "the key 'objective' is given twice (lines 9 and 15)" in r.output and "keep one of them" in r.output
+
+
+def test_a_deadline_beyond_a_century_is_bad_input(tmp_path):
+    root = Path(__file__).resolve().parent.parent
+    text = (root / "problems" / "llama2_70b_pretrain.yaml").read_text()
+    far = "\n".join("deadline_days: 1e300" if line.startswith("deadline_days:") else line
+                    for line in text.splitlines()) + "\n"
+    r = _solve(tmp_path, far)
+    assert r.exit_code == 2 and "field 'deadline_days'" in r.output and "36525" in r.output
