@@ -339,11 +339,49 @@ def _least(problem: Problem, catalog: Catalog, field: str, relaxed: Targets, bac
 def feasibility_hints(problem: Problem, catalog: Catalog, table: PlanTable, backend: str, limit: float,
                       fallback: bool = True) -> list[str]:
     """What single relaxation makes the problem feasible, each priced by a re-solve."""
-    hints = [r.describe(problem) for r in repairs(problem, catalog, table, backend, limit)]
+    found = repairs(problem, catalog, table, backend, limit)
+    hints = [r.describe(problem) for r in found]
+    if problem.kind == "train" and any(r.limit == "deadline" for r in found):
+        hints += deadline_walls(problem, catalog, backend, limit)
     if not hints and fallback:
         hints.append("no single relaxation of budget, power or deadline helps: allow more GPUs "
                      "(hardware.max_gpus), a larger global batch, or more GPU types")
     return hints
+
+
+def deadline_walls(problem: Problem, catalog: Catalog, backend: str, limit: float) -> list[str]:
+    """Past the deadline even at the fastest cluster within the other limits: what the fastest
+    cluster without a budget or power cap achieves, and which limit then binds, the global batch
+    cap (data parallelism stops at max_global_batch / (micro-batch x micro-batches) replicas) or
+    hardware.max_gpus, with the batch, GPUs and money the deadline would take (a linear estimate
+    from that cluster's throughput per GPU)."""
+    free = problem.with_limits(budget_usd=None, power_cap_w=None)
+    targets = replace(targets_of(free), deadline_s=None, objective="min_time")
+    table = plan_table(free, catalog)
+    s = _solve_if_any(table, targets, backend, limit, free)
+    if s is None or s.candidate is None or s.tokens_per_s <= 0 or problem.deadline_s is None:
+        return []
+    g = table.groups[s.candidate.group]
+    gpus = s.dp * s.candidate.gpus_per_replica  # the plan's GPUs (without a budget, unused groups are noise)
+    per_gpu = g.gpu_usd + g.server_usd / g.slots  # GPUs and servers, before network
+    days = problem.tokens / s.tokens_per_s / 86400
+    if days <= problem.deadline_s / 86400:
+        return []  # the budget or power cap alone binds: its repair says by how much
+    need = problem.tokens / problem.deadline_s / s.tokens_per_s  # times the fastest cluster's speed
+    c = s.candidate.plan
+    seqs = s.dp * c.micro_batch * c.num_micro_batches
+    lines = [f"without a budget or power cap the fastest cluster takes {days:,.1f} days on {gpus:,} x {g.gpu} "
+             f"(${gpus * per_gpu:,.0f} of GPUs and servers); the deadline needs {need:,.1f}x its speed: about "
+             f"{gpus * need:,.0f} such GPUs, some ${gpus * need * per_gpu:,.0f}"
+             + (f" against a budget of ${problem.budget_usd:,.0f}" if problem.budget_usd else "")]
+    if seqs * 2 > problem.max_global_batch:
+        tokens = problem.max_global_batch * problem.seq_len
+        lines.append(f"global batch: the cap of {tokens / 1e6:,.1f}M tokens ({problem.max_global_batch:,} sequences) "
+                     f"stops data parallelism at {s.dp:,} replicas; about {tokens * need / 1e6:,.0f}M tokens per step "
+                     "would be needed (workload.global_batch.max_tokens), at some cost in convergence")
+    if gpus * 2 > problem.max_gpus:
+        lines.append(f"GPU count: hardware.max_gpus is {problem.max_gpus:,}; about {gpus * need:,.0f} would be needed")
+    return lines
 
 
 def _solve_if_any(table: PlanTable, targets: Targets, backend: str, limit: float,

@@ -106,3 +106,26 @@ def test_a_deadline_beyond_a_century_is_bad_input(tmp_path):
                     for line in text.splitlines()) + "\n"
     r = _solve(tmp_path, far)
     assert r.exit_code == 2 and "field 'deadline_days'" in r.output and "36525" in r.output
+
+
+IMPOSSIBLE = """\
+schema_version: 1
+name: impossible-405b
+workload: {kind: train, model: llama3-405b, tokens: 15T, precision: bf16}
+objective: min_cost
+deadline_days: 7
+budget: 1M
+site: {datacenter: true}
+solver: {time_limit_s: 30}
+"""
+
+
+def test_an_impossible_run_names_every_wall(tmp_path):
+    """405B on 15T tokens in 7 days for $1M (issue 15, item 2): not only '+23,000 days' but the
+    budget the deadline would take, the global-batch cap and the GPU count, each with its number."""
+    r = _solve(tmp_path, IMPOSSIBLE)
+    assert r.exit_code == 1, r.output
+    out = r.output
+    assert "deadline:" in out and "against a budget of $1,000,000" in out
+    assert "global batch: the cap of 4.0M tokens" in out and "workload.global_batch.max_tokens" in out
+    assert "GPU count: hardware.max_gpus is 4,096" in out
