@@ -372,7 +372,7 @@ def deadline_walls(problem: Problem, catalog: Catalog, backend: str, limit: floa
     seqs = s.dp * c.micro_batch * c.num_micro_batches
     lines = [f"without a budget or power cap the fastest cluster takes {days:,.1f} days on {gpus:,} x {g.gpu} "
              f"(${gpus * per_gpu:,.0f} of GPUs and servers); the deadline needs {need:,.1f}x its speed: about "
-             f"{gpus * need:,.0f} such GPUs, some ${gpus * need * per_gpu:,.0f}"
+             f"{gpus * need:,.0f} such GPUs at the same speed each, some ${gpus * need * per_gpu:,.0f}"
              + (f" against a budget of ${problem.budget_usd:,.0f}" if problem.budget_usd else "")]
     if seqs * 2 > problem.max_global_batch:
         tokens = problem.max_global_batch * problem.seq_len
