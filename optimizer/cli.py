@@ -123,7 +123,7 @@ def estimate_train(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, mic
     from optimizer.problem import parse_quantity
 
     try:  # a bad --tokens is bad input (exit 2), found before any work
-        _ = parse_quantity(tokens) if tokens is not None else None
+        n_tokens = parse_quantity(tokens) if tokens is not None else None
     except ValueError as exc:
         raise ProblemError(f"--tokens {tokens!r}: {exc}. To fix: e.g. --tokens 2T or --tokens 2e12.") from None
     catalog = load_catalog(catalog_dir)
@@ -172,11 +172,11 @@ def estimate_train(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, mic
         "step_time_s": result.step_time, "step_breakdown_s": dict(result.breakdown),
         "tokens_per_step": result.tokens_per_step, "tokens_per_s": result.tokens_per_s,
         "tflops_per_gpu": result.flops_per_gpu / 1e12, "mfu": result.mfu, "hfu": result.hfu,
-        "days": result.days(parse_quantity(tokens)) if tokens else None,
+        "days": result.days(n_tokens) if n_tokens else None,
     }
     band = catalog.band("train", bool(resolved.extrapolated))
     out["band_90"] = {"tokens_per_s": [result.tokens_per_s * band.ratio(5), result.tokens_per_s * band.ratio(95)]}
-    if tokens:
+    if n_tokens:
         out["band_90"]["days"] = [out["days"] / band.ratio(95), out["days"] / band.ratio(5)]
     if fmt == "json":
         click.echo(json.dumps(out, indent=2, sort_keys=True))
@@ -192,7 +192,7 @@ def estimate_train(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, mic
                f"{out['tflops_per_gpu']:,.1f} TFLOP/s per GPU, MFU {result.mfu:.1%} (HFU {result.hfu:.1%})")
     if out["days"] is not None:
         d_lo, d_hi = out["band_90"]["days"]
-        click.echo(f"{out['days']:,.1f} days for {parse_quantity(tokens):.3g} tokens (90 % band "
+        click.echo(f"{out['days']:,.1f} days for {n_tokens:.3g} tokens (90 % band "
                    f"{d_lo:,.1f}-{d_hi:,.1f})")
 
 

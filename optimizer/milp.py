@@ -42,7 +42,8 @@ Constraints
     (12) Σ_{r∈R_k} rate_r·n_r ≥ D_k for every request class k
     (13) owned inventory: OG_h ≤ G_h, OS_h ≤ S_h, Σ_{h∈pool} OG_h ≤ owned GPUs, Σ OS_h ≤ owned
          servers; (9) then buys only G_h − OG_h GPUs and S_h − OS_h servers (NICs too where the owned
-         servers carry them); the owned parts still draw power and pay maintenance
+         servers carry them); the owned parts still draw power and pay maintenance; a group the site
+         takes no more of (an owned tower in a data centre) has G_h ≤ OG_h and S_h ≤ OS_h
     (3r) a rented group (a cloud offer) has G_h = the GPUs used, no capex, no site power, no switches;
     (14) rent = rate·hours·G_h (serving, or a committed term), or for training on demand the job's
          GPU-hours Σ_c x_c·rate·tokens·mp_c / (r_c·3600), which do not depend on dp
@@ -364,6 +365,9 @@ def solve(table: PlanTable, targets: Targets, backend: str = "ortools", time_lim
         if g.pool is not None:  # (13) owned parts first: they cost nothing to buy
             model.add(OG[h] <= G[h], f"owned_gpus_used[{h}]")
             model.add(OS[h] <= S[h], f"owned_servers_used[{h}]")
+            if g.owned_only:  # nothing bought into a chassis the site takes no more of
+                model.add(G[h] <= OG[h], f"owned_only_gpus[{h}]")
+                model.add(S[h] <= OS[h], f"owned_only_servers[{h}]")
             bought_g, bought_s = G[h] - OG[h], S[h] - OS[h]
         if g.rented:
             caps.setdefault(("offer", g.offer or ""), []).append(G[h])

@@ -186,6 +186,7 @@ def summary(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
                     "deadline_days": p.deadline_s / 86400 if p.deadline_s else None,
                     "budget_usd": p.budget_usd, "budget_covers": p.budget_covers,
                     "power_cap_kw": p.power_cap_w / 1e3 if p.power_cap_w else None, "datacenter": p.datacenter,
+                    "allow_workstations": p.allow_workstations,
                     "demands": [{"name": d.name, "input_len": d.input_len, "output_len": d.output_len,
                                  "output_tokens_per_s": d.output_tokens_per_s,
                                  "ttft_ms": d.ttft_s * 1e3 if d.ttft_s else None,
@@ -355,7 +356,8 @@ def render_text(s: dict[str, Any], markdown: bool = False) -> str:
     lines.append(h("Bill of materials"))
     lines += _bom_table(s["bom"], markdown)
     if s["workstations"]:
-        where = ("allowed by site.allow_workstations" if p.get("datacenter") else "the site is not a data centre")
+        where = ("the site is not a data centre" if not p.get("datacenter") else
+                 "allowed by site.allow_workstations" if p.get("allow_workstations") else "owned, already on site")
         lines.append(f"Workstation chassis: {', '.join(s['workstations'])} (towers or consumer rigs, not "
                      f"rack-mounted; {where}).")
     lines.append(h(f"Total cost of ownership over {cost['horizon_years']:g} years"))

@@ -134,15 +134,15 @@ def break_even_lines(rows: list[dict[str, Any]], horizon_years: float) -> list[s
     lines = []
     for r in rows:
         u = r["break_even_utilisation"]
-        buying = (f"(${r['buy_fixed_usd']:,.0f} capex, maintenance and colocation, plus up to "
-                  f"${r['electricity_full_use_usd']:,.0f} electricity)")
+        buying = (f"${r['buy_fixed_usd']:,.0f} capex, maintenance and colocation, plus up to "
+                  f"${r['electricity_full_use_usd']:,.0f} electricity")
         renting = (f"{r['offer']} at ${r['usd_per_gpu_hour']:g}/GPU-hour (${r['rent_full_use_usd']:,.0f} busy all "
                    f"{horizon_years:g} years)")
         if r["chosen"] == "buy":
-            head = f"{r['gpus']} x {r['gpu']}: buying {buying} vs renting {renting}"
+            head = f"{r['gpus']} x {r['gpu']}: buying ({buying}) vs renting {renting}"
         else:
             whole = f"{r['buy_gpus']} GPUs in a {r['server']}, " if r["buy_gpus"] != r["gpus"] else ""
-            head = f"{r['gpus']} x {r['gpu']}: renting {renting} vs buying instead ({whole}{buying[1:]}"
+            head = f"{r['gpus']} x {r['gpu']}: renting {renting} vs buying instead ({whole}{buying})"
         if u is None or u > 1:
             tail = "renting is cheaper even at 100 % utilisation"
         else:

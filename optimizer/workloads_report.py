@@ -61,9 +61,9 @@ def workloads_plan(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
             entry.update(replicas=replicas, classes=[
                 {"name": d.name, "demand_output_tokens_per_s": d.output_tokens_per_s,
                  "capacity_output_tokens_per_s": capacity.get(f"{ph.name}/{d.name}", 0.0),
-                 "predicted_output_tokens_per_s": predicted_capacity(replicas, d.name),
-                 "capacity_band_90": [predicted_capacity(replicas, d.name) * serve_band.ratio(q) for q in (5, 95)]}
-                for d in ph.problem.demands])
+                 "predicted_output_tokens_per_s": predicted,
+                 "capacity_band_90": [predicted * serve_band.ratio(q) for q in (5, 95)]}
+                for d in ph.problem.demands for predicted in (predicted_capacity(replicas, d.name),)])
         out.append(entry)
     usage = sol.usage()
     hardware = []

@@ -56,3 +56,12 @@ def test_a_gpu_only_towers_take_is_out_of_a_data_centre_with_the_reason(tmp_path
     path.write_text(text)
     out = r.invoke(main, ["explain", str(path)]).output
     assert "only workstation towers or consumer rigs take it" in out and "site.allow_workstations: true" in out
+
+
+def test_owned_towers_in_a_data_centre_are_used_and_said_to_be_owned(tmp_path):
+    tower = "inventory:\n  - {gpu: rtx-6000-ada, count: 4, server: desktop-4, servers: 1}\nsolver:"
+    owned = PROBLEM.replace("solver:", tower)
+    r = _solve(tmp_path, owned)
+    assert r.exit_code == 0, r.output
+    assert "Workstation chassis: desktop-4" in r.output and "owned, already on site" in r.output
+    assert "desktop-4" not in _servers(r.output)  # none bought: only the owned tower

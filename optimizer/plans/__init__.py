@@ -50,6 +50,7 @@ class Group:
     rent_hours: float = 0.0  # hours billed per rented GPU (0: a training job's own GPU-hours, on demand)
     rent_step: int = 0  # GPUs per rented instance
     buy_cap: int | None = None  # most GPUs bought (or rented) beyond the owned ones; None: no cap
+    owned_only: bool = False  # a chassis the site takes no more of (a tower in a data centre): owned parts only
     # Fabric sizing, constraint (6): the links (cable and transceivers) and a leaf's port split
     cable_usd: float = 0.0  # one server-port link, server to leaf
     cable_w: float = 0.0
@@ -193,8 +194,11 @@ def _site_groups(problem: Problem, catalog: Catalog, gpu_id: str, role: str) -> 
         owned = _owned(problem, gpu_id, server.id)
         if owned is None and not problem.may_buy(gpu_id):
             continue
-        if server.workstation and not problem.allow_workstations and owned is None:
-            continue  # towers and consumer rigs: not in a data centre unless the problem allows them
+        # towers and consumer rigs: not in a data centre unless the problem allows them; owned ones
+        # already there stay usable, but nothing more is bought into them
+        tower_barred = server.workstation and not problem.allow_workstations
+        if tower_barred and owned is None:
+            continue
         fabrics: list[str | None] = [None]
         if role == "train":
             fabrics += [f for f in server.fabrics if f not in problem.exclude_fabrics]
@@ -204,7 +208,7 @@ def _site_groups(problem: Problem, catalog: Catalog, gpu_id: str, role: str) -> 
                       gpu.tdp_w, server.base_power_w, 0, 0.0, 0.0, 0, 0.0, 0.0, role, server.rack_units,
                       owned.count if owned else 0, owned.servers if owned else 0,
                       bool(owned and fid is not None and owned.fabric == fid), owned.pool if owned else None,
-                      buy_cap=problem.buy_cap(gpu_id)),
+                      buy_cap=problem.buy_cap(gpu_id), owned_only=tower_barred),
                 **(_fabric_fields(catalog, fid, problem.oversubscription) if fid is not None else {})))
     return groups
 
