@@ -11,6 +11,8 @@ from optimizer.milp import Status, solve
 from optimizer.plans import enumerate_plans
 from optimizer.problem import load_priced, load_problem
 from optimizer.recommend import plan_table, recommend, targets_of, verify
+from optimizer.report import render, summary
+from tests.snapshot import assert_snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEMS = sorted((ROOT / "problems").glob("*.yaml"))
@@ -41,6 +43,16 @@ def test_backends_agree_and_answer_verifies(path, tables, catalog):
         verify(problem, catalog, table, sol)  # raises if the re-check fails
         results[backend] = sol.objective
     assert math.isclose(results["ortools"], results["pulp"], rel_tol=1e-5), results
+
+
+@pytest.mark.parametrize("path", PROBLEMS, ids=lambda p: p.name)
+def test_solve_output_matches_its_snapshot(path, tables):
+    """What `gpuopt solve PATH --format json|markdown` prints, byte for byte (run from the checkout)."""
+    problem, table, catalog = tables[path.name]
+    result = summary(recommend(problem, catalog, table=table), catalog)
+    for fmt, suffix in (("json", "json"), ("markdown", "md")):
+        text = render(result, fmt).replace(f"{ROOT}/", "")
+        assert_snapshot(f"solve_{path.stem}.{suffix}", text)
 
 
 def test_lab_budget_respects_its_limits(tables, catalog):
