@@ -1,0 +1,15 @@
+"""gpuopt: which GPU cluster to buy or rent for your AI work, proven optimal.
+
+    import optimizer as go
+
+    answer = go.recommend(go.load_problem("problems/lab_budget.yaml"))
+    print(answer.render("markdown"))
+
+The public API is ``optimizer.api``'s (see its docstring), re-exported here. Its functions
+``recommend``, ``explain``, ``sweep``, ``compare`` and ``report`` share their names with stage
+modules: ``optimizer.recommend`` and the rest are the functions, and code inside gpuopt imports
+the modules' names by their full path (``from optimizer.recommend import plan_table``).
+"""
+
+from optimizer.api import *  # noqa: F403 (the public surface, listed in optimizer.api.__all__)
+from optimizer.api import __all__  # noqa: F401

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from optimizer.errors import CatalogError, GpuoptError, InfeasibleError, ProblemError
+from optimizer.api import CatalogError, GpuoptError, InfeasibleError, ProblemError
 
 EXIT_INFEASIBLE = 1
 EXIT_BAD_INPUT = 2
@@ -49,12 +49,3 @@ catalog_option = click.option("--catalog", "catalog_dir", type=click.Path(file_o
 price_option = click.option("--price", "prices", multiple=True, metavar="ID=VALUE",
                             help="Override a catalog price (GPU, server, NIC, switch, cable or cloud offer): "
                                  "ID=21000, ID=21k or ID=-15%. Repeatable; wins over the problem's price book.")
-
-
-def one_workload(problem: Any, command: str) -> None:
-    """Raise ProblemError if ``problem`` has several workloads, which ``command`` does not take."""
-    if problem.phases:
-        raise ProblemError(f"{problem.path}: '{command}' works on a problem with one workload; this one has "
-                           f"{len(problem.phases)} ({', '.join(ph.name for ph in problem.phases)}). To fix: run "
-                           f"'gpuopt solve {problem.path}' for the shared plan, or give '{command}' a problem "
-                           "file with one of them as its 'workload'.")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import sys
 import time
@@ -11,9 +9,8 @@ from pathlib import Path
 
 import click
 
-from optimizer.catalog import load_catalog
-from optimizer.cli_common import catalog_option, handle_errors, one_workload, price_option
-from optimizer.errors import ProblemError, SolverError
+from optimizer import api as go
+from optimizer.cli_common import catalog_option, handle_errors, price_option
 
 solver_option = click.option("--solver", type=click.Choice(["ortools", "pulp"]), default=None,
                              help="MIP backend (default: the problem's solver.backend).")
@@ -23,7 +20,7 @@ time_limit_option = click.option("--time-limit", type=click.FloatRange(min=1), d
 
 def _png_path(path: Path | None) -> None:
     if path is not None and path.suffix.lower() != ".png":
-        raise ProblemError(f"--plot {path}: the chart is a PNG. To fix: name it {path.with_suffix('.png')}.")
+        raise go.ProblemError(f"--plot {path}: the chart is a PNG. To fix: name it {path.with_suffix('.png')}.")
 
 
 @click.command()
@@ -63,17 +60,8 @@ def sweep(problem_file: Path, budget: str | None, deadline: str | None, tokens: 
       gpuopt sweep problems/lab_budget.yaml --budget 250k,500k,1M --power 20,30,60 --csv grid.csv
       gpuopt sweep problems/llama2_70b_pretrain.yaml --deadline 20:60:5 --price b200=-30%,0%
     """
-    from optimizer.problem import load_priced
-    from optimizer.sweep import parse_axes, render_text, run_sweep, table_rows, to_csv
-
     _png_path(plot_file)
-    problem, catalog = load_priced(problem_file, load_catalog(catalog_dir))
-    one_workload(problem, "sweep")
-    axes = parse_axes(problem, catalog, budget, deadline, tokens, power, demand, prices)
-    points = math.prod(len(a.values) for a in axes)
-    if points > 10_000:
-        raise ProblemError(f"the grid has {points:,} points. To fix: use fewer values per axis (at most 10,000 "
-                           "points in all).")
+    problem = go.load_problem(problem_file, go.load_catalog(catalog_dir))
     workers = workers or os.cpu_count() or 1
     start = time.perf_counter()
 
@@ -81,27 +69,20 @@ def sweep(problem_file: Path, budget: str | None, deadline: str | None, tokens: 
         with click.progressbar(stream, length=total, label=f"solving {total} points", file=sys.stderr) as bar:
             yield from bar
 
-    result = run_sweep(problem, catalog, axes, solver or problem.solver.backend,
-                       time_limit or problem.solver.time_limit_s, workers, progress if sys.stderr.isatty() else None)
-    click.echo(f"{len(result.rows)} points in {time.perf_counter() - start:,.1f} s with {min(workers, points)} "
-               "worker(s)", err=True)
-    if fmt == "csv":
-        click.echo(to_csv(result), nl=False)
-    elif fmt == "json":
-        click.echo(json.dumps({"problem": problem.name, "rows": table_rows(result),
-                               "violations": list(result.violations)}, indent=2))
-    else:
-        click.echo(render_text(result), nl=False)
+    result = go.sweep(problem, budget, deadline, tokens, power, demand, prices, solver, time_limit, workers,
+                      progress if sys.stderr.isatty() else None)
+    points = len(result.result.rows)
+    click.echo(f"{points} points in {time.perf_counter() - start:,.1f} s with {min(workers, points)} worker(s)",
+               err=True)
+    click.echo(result.render(fmt), nl=False)
     if csv_file is not None:
-        csv_file.write_text(to_csv(result), encoding="utf-8")
+        csv_file.write_text(result.render("csv"), encoding="utf-8")
         click.echo(f"CSV written to {csv_file}", err=True)
     if plot_file is not None:
-        from optimizer.plots import write_png
-
-        write_png(result, plot_file)
+        result.write_png(plot_file)
         click.echo(f"chart written to {plot_file}", err=True)
     if result.violations:
-        raise SolverError("the sweep's optimum got worse when an axis was relaxed (a bug):\n  "
+        raise go.SolverError("the sweep's optimum got worse when an axis was relaxed (a bug):\n  "
                           + "\n  ".join(result.violations))
 
 
@@ -126,15 +107,10 @@ def explain(problem_file: Path, fmt: str, solver: str | None, time_limit: float 
     Example:
       gpuopt explain problems/lab_budget.yaml
     """
-    from optimizer.explain import explain as run_explain
-    from optimizer.explain import render_text, to_json
-    from optimizer.problem import load_priced
-
-    problem, catalog = load_priced(problem_file, load_catalog(catalog_dir), prices)
-    one_workload(problem, "explain")
-    result = run_explain(problem, catalog, solver, time_limit)
-    click.echo(json.dumps(to_json(result), indent=2) if fmt == "json" else render_text(result), nl=fmt == "json")
-    if result.best is None:
+    problem = go.load_problem(problem_file, go.load_catalog(catalog_dir), prices)
+    result = go.explain(problem, solver, time_limit)
+    click.echo(result.render(fmt), nl=False)
+    if not result.feasible:
         sys.exit(1)
 
 
@@ -160,16 +136,8 @@ def compare(model_ref: str, workload: str, gpus: int, input_len: int, output_len
       gpuopt compare --model llama2-7b
       gpuopt compare --model llama2-70b --workload serve --tpot-ms 50
     """
-    from optimizer.compare import compare as run_compare
-    from optimizer.compare import render_text, to_records
-
-    catalog = load_catalog(catalog_dir)
-    problem, rows = run_compare(catalog, model_ref, workload, gpus, input_len, output_len, tpot_ms)
-    if fmt == "json":
-        click.echo(json.dumps({"model": problem.model_id, "workload": workload, "reference_gpus": gpus,
-                               "gpus": to_records(problem, rows, gpus)}, indent=2))
-    else:
-        click.echo(render_text(problem, rows, workload, gpus, input_len, output_len), nl=False)
+    result = go.compare(model_ref, workload, gpus, input_len, output_len, tpot_ms, go.load_catalog(catalog_dir))
+    click.echo(result.render(fmt), nl=False)
 
 
 @click.command("report")
@@ -194,26 +162,10 @@ def report_cmd(problem_file: Path, output: Path, sweep_points: int, workers: int
     Example:
       gpuopt report problems/lab_budget.yaml -o report.html
     """
-    from optimizer.explain import explain as run_explain
-    from optimizer.html import render_html
-    from optimizer.plots import sweep_png
-    from optimizer.problem import load_priced
-    from optimizer.recommend import recommend
-    from optimizer.report import summary
-    from optimizer.sweep import default_axis, run_sweep
-
     if output.suffix.lower() not in (".html", ".htm"):
-        raise ProblemError(f"-o {output}: the report is HTML. To fix: name it {output.with_suffix('.html')}.")
-    problem, catalog = load_priced(problem_file, load_catalog(catalog_dir), prices)
-    one_workload(problem, "report")
-    rec = recommend(problem, catalog, solver, time_limit)
-    click.echo("solved; explaining every GPU type", err=True)
-    explanation = run_explain(problem, catalog, solver, time_limit, rec.table)
-    result = png = None
-    if sweep_points:
-        click.echo(f"sweeping {sweep_points} points", err=True)
-        result = run_sweep(problem, catalog, [default_axis(problem, sweep_points)], solver or problem.solver.backend,
-                           time_limit or problem.solver.time_limit_s, workers or os.cpu_count() or 1)
-        png = sweep_png(result)
-    output.write_text(render_html(summary(rec, catalog), result, png, explanation), encoding="utf-8")
+        raise go.ProblemError(f"-o {output}: the report is HTML. To fix: name it {output.with_suffix('.html')}.")
+    problem = go.load_problem(problem_file, go.load_catalog(catalog_dir), prices)
+    html = go.report(problem, sweep_points, workers or os.cpu_count() or 1, solver, time_limit,
+                     lambda message: click.echo(message, err=True))
+    output.write_text(html, encoding="utf-8")
     click.echo(f"report written to {output}", err=True)

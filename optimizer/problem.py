@@ -9,7 +9,7 @@ solver options. Catalog entries are referred to by id; their numbers are never c
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -396,6 +396,8 @@ class Problem:
     region: str | None = None
     oversubscription: float = 1.0  # leaf downlinks per uplink in a two-tier fabric
     phases: tuple[Phase, ...] = ()  # several workloads (kind "multi"), each a problem of its own
+    # the catalog at this problem's prices, as ``with_prices`` resolved it (None: not yet priced)
+    catalog: Catalog | None = field(default=None, compare=False, repr=False)
 
     def may_buy(self, gpu: str) -> bool:
         return gpu in (self.buy_gpus if self.buy_gpus is not None else self.gpus)
@@ -507,16 +509,22 @@ def load_problem(path: Path | str, catalog: Catalog) -> Problem:
 
 
 def load_priced(path: Path | str, catalog: Catalog, cli_prices: tuple[str, ...] = ()) -> tuple[Problem, Catalog]:
-    """The problem and the catalog at its prices: the problem file's price book, then any
+    """The problem and the catalog at its prices (see ``with_prices``)."""
+    problem = with_prices(load_problem(path, catalog), catalog, cli_prices)
+    assert problem.catalog is not None
+    return problem, problem.catalog
+
+
+def with_prices(problem: Problem, catalog: Catalog, cli_prices: tuple[str, ...] = ()) -> Problem:
+    """The problem carrying the catalog at its prices: the problem file's price book, then any
     ``--price ID=VALUE`` from the command line (which wins). The problem keeps the list, so the
     output can say which prices it used."""
-    problem = load_problem(path, catalog)
     book = {p.item: p for p in problem.prices}
     for spec in cli_prices:
         override = parse_cli_price(spec, catalog)
         book[override.item] = override
     prices = tuple(book[k] for k in sorted(book))
-    return replace(problem, prices=prices), apply_prices(catalog, prices)
+    return replace(problem, prices=prices, catalog=apply_prices(catalog, prices))
 
 
 def problem_from_data(data: dict, path: Path, catalog: Catalog, check_grid: bool = True) -> Problem:

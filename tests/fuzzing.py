@@ -212,7 +212,7 @@ def shared_catalog() -> Catalog:
 @contextlib.contextmanager
 def quick_catalog() -> Iterator[None]:
     """Let the CLI's commands use the catalog loaded once."""
-    with mock.patch("optimizer.cli.load_catalog", lambda root=None: shared_catalog()):
+    with mock.patch("optimizer.api.load_catalog", lambda root=None: shared_catalog()):
         yield
 
 

@@ -3,6 +3,11 @@ catalogs/uncertainty.yaml, deterministically (same rows, same bytes)."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -11,6 +16,7 @@ import yaml
 from optimizer.calibration.bands import bands
 from optimizer.calibration.crossval import Dataset, Validation
 from optimizer.calibration.fit import FitResult
+from optimizer.catalog import Catalog
 from optimizer.stacks import EfficiencyFile
 
 EFFICIENCY_HEADER = """\
@@ -156,3 +162,54 @@ def sources_markdown(sources, datasets: dict[str, Dataset]) -> str:
     lines = [f"| {s.id} | {s.kind} | {s.title} | {s.where} | {s.date} | {s.stack} | {total.get(s.id, 0)} | "
              f"{expressed.get(s.id, 0)} |" for s in sources]
     return SOURCES_HEADER + "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class Refit:
+    """What ``gpuopt fit`` did: the files that differ from the fit (written, unless only checked)."""
+
+    differ: tuple[str, ...]
+    fitted: str  # "`gpuopt fit` on DATE: training N rows from S sources, …"
+    checked_only: bool
+
+    def text(self) -> str:
+        verb = "differ from the fit" if self.checked_only else "written"
+        return f"{', '.join(self.differ) or 'nothing'} {verb if self.differ else 'changed'}; {self.fitted}\n"
+
+
+def refit(catalog: Catalog, root: Path, check: bool = False,
+          progress: Callable[[str, int, str], None] | None = None) -> Refit:
+    """Refit the efficiency parameters and the bands from calibration/ and write them to
+    ``root``/efficiency.yaml and uncertainty.yaml and calibration/SOURCES.md (deterministic: same
+    rows, same files). Parameters are fitted on every row; the bands come from the
+    leave-one-source-out residuals. ``check``: compare only, write nothing."""
+    from optimizer.calibration.crossval import cross_validate, load_dataset
+    from optimizer.calibration.data import default_data_dir, load_sources
+
+    fits, validations = {}, {}
+    for kind in ("training", "serving"):
+        ds = load_dataset(kind, catalog)
+        tell = (lambda i, source, kind=kind: progress(kind, i, source)) if progress else None
+        v = cross_validate(ds, catalog, tell)
+        fits[kind] = (v.fit, ds, v.sensitivity)
+        validations[kind] = v
+    rows = {k: len(f[1].cases) for k, f in fits.items()}
+    sources = {k: len({c.source for c in f[1].cases}) for k, f in fits.items()}
+    fitted = (f"`gpuopt fit` on {date.today().isoformat()}: training {rows['training']} rows from "
+              f"{sources['training']} sources, serving {rows['serving']} rows from {sources['serving']} sources")
+    files = {root / "efficiency.yaml": efficiency_yaml(catalog.efficiency.table, fits, fitted),
+             root / "uncertainty.yaml": uncertainty_yaml(validations),
+             default_data_dir() / "SOURCES.md": sources_markdown(load_sources(), {k: f[1] for k, f in fits.items()})}
+    differ = []
+    for path, text in files.items():
+        old = path.read_text(encoding="utf-8") if path.exists() else ""
+        if _strip_date(old) != _strip_date(text):
+            differ.append(path.name)
+            if not check:
+                path.write_text(text, encoding="utf-8")
+    return Refit(tuple(differ), fitted, check)
+
+
+def _strip_date(text: str) -> str:
+    """The files without the fit's date, so that refitting unchanged rows changes nothing."""
+    return re.sub(r"`gpuopt fit` on \d{4}-\d{2}-\d{2}", "`gpuopt fit`", text)

@@ -1,0 +1,230 @@
+"""One configuration through the performance model, without the MIP: what ``gpuopt estimate
+train`` and ``gpuopt estimate serve`` print, and what ``go.estimate_train`` / ``go.estimate_serve``
+return. Arguments are checked against the catalog here; messages name them as the command-line
+options they are (``--gpus``), which the API takes by the same names (``gpus=``)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from optimizer.catalog import AT_BATCH, AT_MAX_LOAD, Catalog
+from optimizer.errors import CatalogError, ProblemError, suggest
+from optimizer.perf.serve import ServePlan, math_precision, serve
+from optimizer.perf.specs import ModelSpec, TrainPlan
+from optimizer.perf.train import train_step
+from optimizer.problem import parse_quantity, resolve_model
+
+
+@dataclass(frozen=True, eq=False)
+class Estimate:
+    """An estimate: ``data`` is what ``--format json`` prints, ``lines`` the text report."""
+
+    data: dict[str, Any]
+    lines: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        import copy
+
+        return copy.deepcopy(self.data)
+
+    def render(self, fmt: str = "text") -> str:
+        """``text`` or ``json``, as ``gpuopt estimate … --format`` prints it."""
+        if fmt == "json":
+            return json.dumps(self.data, indent=2, sort_keys=True) + "\n"
+        if fmt != "text":
+            raise ProblemError(f"format '{fmt}': an estimate renders as text or json.")
+        return "".join(f"{line}\n" for line in self.lines)
+
+
+def estimate_train(catalog: Catalog, model: str, gpu: str, gpus: int, tp: int = 1, pp: int = 1,
+                   micro_batch: int = 1, global_batch: int | None = None, seq_len: int | None = None,
+                   recompute: str = "selective", sequence_parallel: bool = False, zero: int = 1, cp: int = 1,
+                   ep: int = 1, virtual_stages: int = 1, precision: str = "bf16", stack: str | None = None,
+                   server: str | None = None, fabric: str | None = None, tokens: str | float | None = None
+                   ) -> Estimate:
+    """Memory, step time, tokens/s, TFLOP/s per GPU, MFU and days for one training configuration."""
+    try:  # a bad --tokens is bad input, found before any work
+        n_tokens = parse_quantity(tokens) if tokens is not None else None
+    except ValueError as exc:
+        raise ProblemError(f"--tokens {tokens!r}: {exc}. To fix: e.g. --tokens 2T or --tokens 2e12.") from None
+    spec, server_id = _resolve(catalog, model, gpu, server, min(gpus, tp * cp))
+    replica = tp * pp * cp
+    if gpus % replica:
+        raise ProblemError(f"--gpus {gpus} is not a multiple of TP {tp} × PP {pp} × CP {cp} = {replica}. "
+                           f"To fix: use --gpus {max(1, gpus // replica) * replica}.")
+    dp = gpus // replica
+    s = seq_len or spec.seq_len
+    per_step = dp * micro_batch
+    # default: about 4M tokens per step, rounded to whole micro-batches on every replica
+    gb = global_batch or max(1, round(4e6 / s / per_step)) * per_step
+    if gb % per_step:
+        raise ProblemError(f"--global-batch {gb} is not a multiple of DP {dp} × micro-batch {micro_batch}. "
+                           f"To fix: use --global-batch {max(1, gb // (dp * micro_batch)) * dp * micro_batch}.")
+    srv = catalog.servers[server_id]
+    if tp > srv.slots:
+        raise ProblemError(f"--tp {tp} exceeds the {srv.slots} GPUs of one {server_id}. "
+                           "To fix: keep TP within a server.")
+    fabric_id = None
+    if gpus > srv.slots:
+        fabric_id = _pick("fabrics", fabric, list(srv.fabrics), f"fits {server_id}")
+    _check_train_shape(spec, tp, pp, virtual_stages)
+    stack_id = _stack(catalog, "training", stack, gpu)
+    plan = TrainPlan(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, num_micro_batches=gb // (dp * micro_batch),
+                     recompute=recompute, sequence_parallel=sequence_parallel, zero=zero, precision=precision,
+                     seq_len=s, virtual_stages=virtual_stages, ep=ep, cp=cp,
+                     **catalog.train_plan_traits(gpu, stack_id))
+    hw = catalog.hardware(gpu, server_id, fabric_id)
+    resolved = catalog.resolve("training", gpu, precision, stack_id)
+    try:
+        result = train_step(spec, hw, plan, resolved.params, catalog.efficiency.reserved_memory)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise ProblemError(f"{exc}. To fix: check --precision, --cp, --ep and --gpus.") from None
+    out = {
+        "model": spec.name, "gpu": gpu, "server": server_id, "fabric": fabric_id, "gpus": gpus,
+        "plan": plan.describe(), "stack": stack_id, "stack_default": stack is None,
+        "extrapolated": list(resolved.extrapolated), "fits": result.fits,
+        "memory_gb_per_gpu": result.memory.total / 1e9, "memory_capacity_gb": result.memory_capacity / 1e9,
+        "memory_breakdown_gb": {k: v / 1e9 for k, v in result.memory.breakdown().items()},
+        "step_time_s": result.step_time, "step_breakdown_s": dict(result.breakdown),
+        "tokens_per_step": result.tokens_per_step, "tokens_per_s": result.tokens_per_s,
+        "tflops_per_gpu": result.flops_per_gpu / 1e12, "mfu": result.mfu, "hfu": result.hfu,
+        "days": result.days(n_tokens) if n_tokens else None,
+    }
+    band = catalog.band("train", bool(resolved.extrapolated))
+    out["band_90"] = {"tokens_per_s": [result.tokens_per_s * band.ratio(5), result.tokens_per_s * band.ratio(95)]}
+    if n_tokens:
+        out["band_90"]["days"] = [out["days"] / band.ratio(95), out["days"] / band.ratio(5)]
+    verdict = "fits" if result.fits else "DOES NOT FIT"
+    lo, hi = out["band_90"]["tokens_per_s"]
+    lines = [
+        f"{spec.name} on {gpus} x {gpu} ({server_id}{', ' + fabric_id if fabric_id else ''}): {plan.describe()}",
+        _stack_line("training stack", stack_id, stack is None, resolved.extrapolated),
+        f"memory per GPU {out['memory_gb_per_gpu']:,.1f} of {out['memory_capacity_gb']:,.0f} GB ({verdict}): "
+        + ", ".join(f"{k} {v:,.1f}" for k, v in out["memory_breakdown_gb"].items()),
+        f"step {result.step_time:,.3f} s: " + ", ".join(f"{k} {v:,.3f}" for k, v in result.breakdown if v),
+        f"{result.tokens_per_s:,.0f} tokens/s (90 % band {lo:,.0f}-{hi:,.0f}), "
+        f"{out['tflops_per_gpu']:,.1f} TFLOP/s per GPU, MFU {result.mfu:.1%} (HFU {result.hfu:.1%})",
+    ]
+    if out["days"] is not None:
+        d_lo, d_hi = out["band_90"]["days"]
+        lines.append(f"{out['days']:,.1f} days for {n_tokens:.3g} tokens (90 % band {d_lo:,.1f}-{d_hi:,.1f})")
+    return Estimate(out, tuple(lines))
+
+
+def _check_train_shape(spec: ModelSpec, tp: int, pp: int, virtual_stages: int) -> None:
+    if m_heads_bad := (spec.heads % tp):
+        raise ProblemError(f"--tp {tp} does not divide the model's {spec.heads} heads (remainder {m_heads_bad}).")
+    if virtual_stages > 1 and (pp == 1 or pp * virtual_stages > spec.layers):
+        raise ProblemError(f"--virtual-stages {virtual_stages} needs --pp > 1 and at least one of the model's "
+                           f"{spec.layers} layers per chunk (PP × virtual stages = {pp * virtual_stages}).")
+
+
+def estimate_serve(catalog: Catalog, model: str, gpu: str, gpus: int, input_len: int, output_len: int,
+                   tp: int = 1, pp: int = 1, precision: str = "fp16", engine: str | None = None,
+                   kv_precision: str = "fp16", batch: int | None = None, concurrency: int | None = None,
+                   server: str | None = None) -> Estimate:
+    """Memory, TTFT, time per output token and throughput of a serving group. Without ``batch`` or
+    ``concurrency``: the saturated case, the largest batch that fits (a benchmark at maximum load)."""
+    spec, server_id = _resolve(catalog, model, gpu, server, tp * pp)
+    if batch is not None and concurrency is not None:
+        raise ProblemError("give --batch or --concurrency, not both.")
+    if gpus % (tp * pp):
+        raise ProblemError(f"--gpus {gpus} is not a multiple of TP {tp} × PP {pp} = {tp * pp}. "
+                           f"To fix: use --gpus {max(1, gpus // (tp * pp)) * tp * pp}.")
+    slots = catalog.servers[server_id].slots
+    if tp * pp > slots:
+        most = max(catalog.servers_for(gpu), key=lambda sv: sv.slots)
+        fix = (f"lower TP or PP, or name --server {most.id} ({most.slots} GPUs)" if most.slots >= tp * pp
+               else f"lower TP × PP to at most {most.slots} ({most.id}, the largest server for {gpu})")
+        raise ProblemError(f"TP {tp} × PP {pp} exceeds the {slots} GPUs of one {server_id}; "
+                           f"serving replicas stay inside a server. To fix: {fix}.")
+    replicas = gpus // (tp * pp)
+    per_replica = batch if batch is not None else (-(-concurrency // replicas) if concurrency else None)
+    engine_id = _stack(catalog, "serving", engine, gpu)
+    plan = ServePlan(tp=tp, pp=pp, precision=precision, kv_precision=kv_precision, input_len=input_len,
+                     output_len=output_len, batch=per_replica, **catalog.serve_plan_traits(gpu, engine_id))
+    try:
+        math_precision(catalog.device(gpu), precision)  # a GPU without tensor cores for it raises
+        resolved = catalog.resolve("serving", gpu, precision, engine_id)
+        r = serve(spec, catalog.hardware(gpu, server_id, None), plan, resolved.params)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise ProblemError(f"--precision {precision}: {exc}.") from None
+    out = {
+        "model": spec.name, "gpu": gpu, "server": server_id, "gpus": gpus, "replicas": replicas,
+        "tp": tp, "pp": pp, "precision": precision, "kv_precision": kv_precision, "engine": engine_id,
+        "engine_default": engine is None, "extrapolated": list(resolved.extrapolated),
+        "input_len": input_len, "output_len": output_len, "fits": r.fits, "max_batch": r.max_batch,
+        "batch_per_replica": r.batch, "memory_gb_per_gpu": r.memory_per_gpu / 1e9,
+        "memory_capacity_gb": r.memory_capacity / 1e9,
+        "memory_breakdown_gb": {k: v / 1e9 for k, v in r.memory_breakdown},
+        "ttft_ms": r.ttft * 1e3, "tpot_ms": r.tpot * 1e3, "decode_step_ms": r.decode_step * 1e3,
+        "decode_breakdown_ms": {k: v * 1e3 for k, v in r.decode_breakdown},
+        "output_tokens_per_s": r.output_tokens_per_s * replicas,
+        "total_tokens_per_s": r.total_tokens_per_s * replicas,
+        "requests_per_s": r.requests_per_s * replicas,
+    }
+    regime = AT_BATCH if per_replica is not None else AT_MAX_LOAD
+    band = catalog.band("serve", bool(resolved.extrapolated), regime)
+    out["band_90"] = {"output_tokens_per_s": [out["output_tokens_per_s"] * band.ratio(5),
+                                              out["output_tokens_per_s"] * band.ratio(95)], "regime": regime}
+    verdict = "fits" if r.fits else "DOES NOT FIT"
+    lo, hi = out["band_90"]["output_tokens_per_s"]
+    lines = (
+        f"{spec.name} on {gpus} x {gpu} ({server_id}): {replicas} replica(s) of TP={tp} PP={pp}, "
+        f"{precision} weights, {kv_precision} KV cache, {input_len} in / {output_len} out",
+        _stack_line("serving engine", engine_id, engine is None, resolved.extrapolated),
+        f"memory per GPU {out['memory_gb_per_gpu']:,.1f} of {out['memory_capacity_gb']:,.0f} GB ({verdict}) "
+        f"at batch {r.batch} per replica (max {r.max_batch}): "
+        + ", ".join(f"{k} {v:,.1f}" for k, v in out["memory_breakdown_gb"].items()),
+        f"TTFT {out['ttft_ms']:,.1f} ms, TPOT {out['tpot_ms']:,.1f} ms (decode step {out['decode_step_ms']:,.1f} ms: "
+        + ", ".join(f"{k} {v:,.2f}" for k, v in out["decode_breakdown_ms"].items() if v) + ")",
+        f"{out['output_tokens_per_s']:,.0f} output tokens/s (90 % band {lo:,.0f}-{hi:,.0f}, {regime}), "
+        f"{out['total_tokens_per_s']:,.0f} total tokens/s, {out['requests_per_s']:,.2f} requests/s for the group",
+    )
+    return Estimate(out, lines)
+
+
+def _stack(catalog: Catalog, kind: str, ident: str | None, gpu_id: str) -> str:
+    """The stack or engine an estimate assumes (by id or alias; None: the GPU vendor's default)."""
+    option = "--stack" if kind == "training" else "--engine"
+    if gpu_id not in catalog.gpus:
+        raise ProblemError(f"--gpu: unknown GPU '{gpu_id}'.{suggest(gpu_id, catalog.gpus)}")
+    try:
+        return catalog.stack(kind, ident, gpu_id).id
+    except CatalogError as exc:
+        raise ProblemError(f"{option}: {exc}") from None
+
+
+def _stack_line(what: str, ident: str, default: bool, extrapolated: tuple[str, ...]) -> str:
+    how = " (the default for this GPU's vendor; name another with --stack/--engine)" if default else ""
+    band = (f"; no calibration rows for {' and '.join(extrapolated)}: borrowed values, wider band"
+            if extrapolated else "; calibrated")
+    return f"{what}: {ident}{how}{band}"
+
+
+def _resolve(catalog: Catalog, model_ref: str, gpu_id: str, server_id: str | None,
+             slots: int = 1) -> tuple[ModelSpec, str]:
+    """The model, GPU and server of an estimate, checked against the catalog. Without a server:
+    the first that takes the GPU and holds ``slots`` of them (the GPUs a replica keeps inside one
+    server), else the first that takes it (the caller says why it cannot)."""
+    spec = resolve_model(model_ref, catalog, Path.cwd() / "command-line", "--model")
+    if gpu_id not in catalog.gpus:
+        raise ProblemError(f"--gpu: unknown GPU '{gpu_id}'.{suggest(gpu_id, catalog.gpus)}"
+                           f" Known: {', '.join(sorted(catalog.gpus))}.")
+    takers = catalog.servers_for(gpu_id)
+    roomy = [sv.id for sv in takers if sv.slots >= slots] + [sv.id for sv in takers if sv.slots < slots]
+    return spec, _pick("servers", server_id, roomy, f"takes {gpu_id}")
+
+
+def _pick(kind: str, wanted: str | None, allowed: list[str], why: str) -> str:
+    if not allowed:
+        raise ProblemError(f"no {kind[:-1]} in the catalog {why}.")
+    if wanted is None:
+        return allowed[0]
+    if wanted not in allowed:
+        raise ProblemError(f"--{kind[:-1]} '{wanted}' is not one that {why}.{suggest(wanted, allowed)}"
+                           f" Choose from: {', '.join(allowed)}.")
+    return wanted

@@ -1,0 +1,126 @@
+"""The Python API (`import optimizer as go`): what the CLI calls, equal to what it prints."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+import optimizer as go
+from optimizer import api
+from optimizer.cli import main
+from optimizer.problem import load_problem as load_unpriced
+from tests.conftest import ROOT
+
+
+@pytest.fixture
+def at_root(monkeypatch):
+    monkeypatch.chdir(ROOT)
+
+
+def _cli(*args: str) -> str:
+    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def test_the_surface_is_documented_and_resolves():
+    assert go.__all__ == api.__all__
+    for name in go.__all__:
+        obj = getattr(go, name)
+        assert obj is getattr(api, name)
+        assert (obj.__doc__ or "").strip(), f"go.{name} has no docstring"
+    for name in ("recommend", "explain", "sweep", "compare", "report"):  # functions, not the stage modules
+        assert callable(getattr(go, name)), name
+
+
+def test_readme_notebook_example_runs(at_root, capsys):
+    code = re.search(r"## Python API.*?```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
+    exec(compile(code, "README.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert "'sense': 'maximise tokens/s'" in out and "extended_price_usd" in out
+    assert "Did you mean 'h100-sxm'" in out
+
+
+def test_recommend_equals_the_cli_json(at_root, catalog):
+    """The issue's check: the API's objective is the one `gpuopt solve --format json` prints (the
+    stored snapshot of that output), and so is everything else."""
+    answer = go.recommend(go.load_problem("problems/lab_budget.yaml", catalog))
+    printed = json.loads((ROOT / "tests" / "snapshots" / "solve_lab_budget.json").read_text())
+    assert answer.to_dict()["objective"] == printed["objective"]
+    assert answer.to_dict() == printed
+    assert answer.objective == printed["objective"]["value"]
+    assert answer.render("json") == (ROOT / "tests" / "snapshots" / "solve_lab_budget.json").read_text()
+
+
+def test_price_book_is_applied_by_the_api_as_by_the_cli(at_root, tmp_path, catalog):
+    """lab_quotes limited to l40s: the quoted L40S price must be what the API plans with (the old
+    load_problem + recommend path priced the catalog's and bought fewer GPUs for more money)."""
+    data = yaml.safe_load((ROOT / "problems" / "lab_quotes.yaml").read_text())
+    data["hardware"]["allow_gpus"] = ["l40s"]
+    path = tmp_path / "l40s_quotes.yaml"
+    path.write_text(yaml.safe_dump(data))
+    printed = json.loads(_cli("solve", str(path), "--format", "json"))
+    from_file = go.recommend(go.load_problem(path, catalog)).to_dict()
+    from_dict = go.recommend(go.problem_from_dict(data, catalog)).to_dict()
+    unpriced = go.recommend(load_unpriced(path, catalog)).to_dict()  # priced on the way in
+    for result in (from_file, from_dict, unpriced):
+        assert result["objective"] == printed["objective"]
+        assert result["plan"]["gpus"] == printed["plan"]["gpus"]
+        assert result["cost"]["capex_usd"] == pytest.approx(printed["cost"]["capex_usd"])
+    assert any(p["override"] for p in printed["prices_used"])
+
+
+def test_estimates_equal_the_cli(catalog):
+    train = go.estimate_train("llama2-7b", "a100-sxm-80gb", 16, catalog, tp=2, tokens="100B")
+    printed = _cli("estimate", "train", "--model", "llama2-7b", "--gpu", "a100-sxm-80gb", "--gpus", "16",
+                   "--tp", "2", "--tokens", "100B", "--format", "json")
+    assert train.render("json") == printed and train.to_dict() == json.loads(printed)
+    serve = go.estimate_serve("llama2-70b", "h100-sxm", 8, 512, 256, catalog, tp=8, batch=16)
+    printed = _cli("estimate", "serve", "--model", "llama2-70b", "--gpu", "h100-sxm", "--gpus", "8", "--tp", "8",
+                   "--input-len", "512", "--output-len", "256", "--batch", "16")
+    assert serve.render() == printed
+
+
+def test_tables_come_as_frames(at_root, catalog):
+    problem = go.load_problem("problems/rent_or_buy_pretrain.yaml", catalog)
+    plans = go.plan(problem)
+    frame = plans.to_frame()
+    assert len(frame) == len(plans.table.candidates) > 0
+    assert {"gpu", "plan", "dp_min", "dp_max", "tokens_per_s_per_replica"} <= set(frame.columns)
+    grid = go.sweep(problem, deadline=[20, 40])
+    points = grid.to_frame()
+    assert list(points["deadline_days"]) == [20, 40] and points["tco_usd"].dtype.kind == "f"
+    assert grid.render("csv") == _cli("sweep", "problems/rent_or_buy_pretrain.yaml", "--deadline", "20,40",
+                                      "--workers", "1", "--format", "csv")
+    explained = go.explain(problem, plans=plans)
+    assert explained.feasible and len(explained.to_frame()) == len(explained.to_dict()["gpus"]) > 3
+    solution = go.solve(problem, plans)
+    assert solution.objective == pytest.approx(go.recommend(problem, plans=plans).objective, rel=1e-9)
+    checks = go.validate("training", catalog=catalog).to_frame()
+    assert len(checks) > 300 and {"measured", "predicted_in_sample", "source"} <= set(checks.columns)
+
+
+def test_a_result_refuses_a_format_it_has_no_rendering_for(at_root, catalog):
+    grid = go.sweep(go.load_problem("problems/llama2_70b_serving.yaml", catalog), demand="5k")
+    with pytest.raises(go.ProblemError, match="text, csv, json"):
+        go.render(grid, "markdown")
+
+
+def test_the_cli_uses_only_the_api():
+    """cli*.py import nothing of gpuopt but optimizer.api and each other (click and the standard
+    library aside): every command is a call of the Python API."""
+    for path in sorted((ROOT / "optimizer").glob("cli*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            modules = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                modules = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                modules = [a.name for a in node.names]
+            for name in modules:
+                if name.startswith("optimizer.") and not name.startswith("optimizer.api"):
+                    assert name.startswith("optimizer.cli_"), f"{path.name} imports {name}"
