@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, Protocol, TypedDict, TypeVar, get_args, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
@@ -20,7 +21,7 @@ from optimizer.errors import CatalogError, suggest
 from optimizer.perf.params import ServeParams, TrainParams
 from optimizer.perf.serve import SERVE_PRECISIONS, math_precision
 from optimizer.perf.specs import PRECISIONS, Device, Hardware, Link, ModelSpec
-from optimizer.stacks import Efficiency, Engine, Resolved, TrainStack, load_efficiency
+from optimizer.stacks import Efficiency, Engine, Kind, Resolved, TrainStack, load_efficiency
 from optimizer.validation import read_yaml, validate
 
 SCHEMA_VERSION = 1
@@ -47,8 +48,9 @@ class Sourced(Record):
     assumption: bool = False
 
 
-GPU_FAMILIES = ("volta", "turing", "ampere", "ampere-ga10x", "ada", "hopper", "blackwell", "blackwell-gb20x",
-                "cdna2", "cdna3", "cdna4", "gaudi2", "gaudi3")
+GpuFamily = Literal["volta", "turing", "ampere", "ampere-ga10x", "ada", "hopper", "blackwell", "blackwell-gb20x",
+                    "cdna2", "cdna3", "cdna4", "gaudi2", "gaudi3"]
+GPU_FAMILIES: tuple[str, ...] = get_args(GpuFamily)
 # The numeric specs of a GPU entry; each one present needs a source in the entry's ``specs`` map.
 SPEC_FIELDS = ("memory_gb", "mem_bw_gbs", "bf16_tflops", "fp16_tflops", "fp16_acc16_tflops", "fp8_tflops",
                "fp4_tflops", "link_bw_gbs", "tdp_w")
@@ -73,7 +75,7 @@ class Gpu(Record):
     id: str
     name: str
     vendor: str
-    family: Literal[GPU_FAMILIES]  # the microarchitecture the performance model's efficiencies are keyed by
+    family: GpuFamily  # the microarchitecture the performance model's efficiencies are keyed by
     form_factor: Literal["sxm", "oam", "pcie", "workstation", "consumer"]
     memory_gb: float = Field(gt=0, le=4096)
     mem_bw_gbs: float = Field(gt=0, le=100_000)
@@ -411,6 +413,25 @@ class CloudFile(Record):
     offers: tuple[Offer, ...]
 
 
+class TrainTraits(TypedDict):
+    """What a training stack sets in a plan (``TrainPlan`` fields)."""
+
+    grad_reduce_bytes: int
+    flash_attention: bool
+
+
+class ServeTraits(TypedDict):
+    """What a serving engine sets in a replica's plan (``ServePlan`` fields)."""
+
+    memory_fraction: float
+    kv_fraction: float
+    max_seqs: int
+    reserved_memory: float
+    fp16_accumulate: bool
+    prefill_ubatch: int
+    prefill_dequant: bool
+
+
 @dataclass(frozen=True)
 class Catalog:
     """Every catalog entry by id, cross-checked."""
@@ -484,28 +505,38 @@ class Catalog:
 
     def device(self, gpu_id: str) -> Device:
         gpu = self.gpus[gpu_id]
-        peaks = tuple((p, gpu.tflops(p) * 1e12) for p in ("bf16", "fp16", "fp8", "fp4", "fp16_acc16") if gpu.tflops(p))
+        peaks = tuple((p, tflops * 1e12) for p in ("bf16", "fp16", "fp8", "fp4", "fp16_acc16")
+                      if (tflops := gpu.tflops(p)))
         return Device(gpu.id, gpu.memory_gb * GB, gpu.mem_bw_gbs * GB, peaks)
+
+    @overload
+    def stack(self, kind: Literal["train", "training"], ident: str | None, gpu_id: str) -> TrainStack: ...
+
+    @overload
+    def stack(self, kind: Literal["serve", "serving"], ident: str | None, gpu_id: str) -> Engine: ...
+
+    @overload
+    def stack(self, kind: str, ident: str | None, gpu_id: str) -> TrainStack | Engine: ...
 
     def stack(self, kind: str, ident: str | None, gpu_id: str) -> TrainStack | Engine:
         """A training stack or serving engine by id or alias; None: the default for the GPU's vendor."""
-        kind_ = "training" if kind in ("train", "training") else "serving"
-        ident = ident or self.efficiency.default_stack(kind_, self.gpus[gpu_id].vendor)  # type: ignore[arg-type]
-        return self.efficiency.stack(kind_, ident)  # type: ignore[arg-type]
+        kind_: Kind = "training" if kind in ("train", "training") else "serving"
+        ident = ident or self.efficiency.default_stack(kind_, self.gpus[gpu_id].vendor)
+        return self.efficiency.stack(kind_, ident)
 
     def resolve(self, kind: str, gpu_id: str, precision: str, stack: str | None) -> Resolved:
         """The efficiency parameters of a GPU at a (math) precision on a stack, and what they
         extrapolate; None: the GPU vendor's default stack."""
-        kind_ = "training" if kind in ("train", "training") else "serving"
+        kind_: Kind = "training" if kind in ("train", "training") else "serving"
         ident = self.stack(kind_, stack, gpu_id).id
-        return self.efficiency.resolve(kind_, self.gpus[gpu_id].family, precision, ident)  # type: ignore[arg-type]
+        return self.efficiency.resolve(kind_, self.gpus[gpu_id].family, precision, ident)
 
     def efficiency_status(self, gpu_id: str) -> str:
         """Whether the GPU's family has calibration rows of its own, per workload kind."""
         family = self.gpus[gpu_id].family
         out = []
         for kind in ("training", "serving"):
-            support = self.efficiency.table.support.get(kind)  # type: ignore[call-overload]
+            support = self.efficiency.table.support.get(kind)
             rows = support.families.get(family, 0) if support else 0
             if rows:
                 out.append(f"{kind}: calibrated ({rows} rows of GPU family {family})")
@@ -517,7 +548,9 @@ class Catalog:
         return "; ".join(out)
 
     def train_params(self, gpu_id: str, precision: str, stack: str | None = None) -> TrainParams:
-        return self.resolve("training", gpu_id, precision, stack).params  # type: ignore[return-value]
+        params = self.resolve("training", gpu_id, precision, stack).params
+        assert isinstance(params, TrainParams)  # a training stack resolves to training parameters
+        return params
 
     def train_setup(self, gpu_id: str, precision: str = "bf16", stack: str | None = None) -> tuple[TrainParams, float]:
         """(efficiency parameters, bytes reserved per GPU): the arguments ``train_step`` takes after the plan."""
@@ -527,20 +560,22 @@ class Catalog:
         """An engine's parameters for a GPU serving weights in a format (values are keyed by the weight
         format: a weight-only format dequantises into 16-bit math at its own efficiency)."""
         math_precision(self.device(gpu_id), weights)  # raises for a GPU with no tensor cores for it
-        return self.resolve("serving", gpu_id, weights, engine).params  # type: ignore[return-value]
+        params = self.resolve("serving", gpu_id, weights, engine).params
+        assert isinstance(params, ServeParams)  # a serving engine resolves to serving parameters
+        return params
 
-    def train_plan_traits(self, gpu_id: str, stack: str | None = None) -> dict[str, object]:
+    def train_plan_traits(self, gpu_id: str, stack: str | None = None) -> TrainTraits:
         """What a training stack sets in a plan (TrainPlan fields)."""
         st = self.stack("training", stack, gpu_id)
-        return {"grad_reduce_bytes": st.grad_reduce_bytes, "flash_attention": st.flash_attention}  # type: ignore[union-attr]
+        return {"grad_reduce_bytes": st.grad_reduce_bytes, "flash_attention": st.flash_attention}
 
-    def serve_plan_traits(self, gpu_id: str, engine: str | None = None) -> dict[str, object]:
+    def serve_plan_traits(self, gpu_id: str, engine: str | None = None) -> ServeTraits:
         """What a serving engine sets in a replica's plan (ServePlan fields)."""
         e = self.stack("serving", engine, gpu_id)
-        return {"memory_fraction": e.memory_fraction, "kv_fraction": e.kv_fraction,  # type: ignore[union-attr]
-                "max_seqs": e.seq_cap(self.gpus[gpu_id].memory_gb * GB, self.gpus[gpu_id].family),  # type: ignore[union-attr]
-                "reserved_memory": self.efficiency.reserved_memory, "fp16_accumulate": e.fp16_accumulate,  # type: ignore[union-attr]
-                "prefill_ubatch": e.prefill_ubatch, "prefill_dequant": e.prefill_dequant}  # type: ignore[union-attr]
+        return {"memory_fraction": e.memory_fraction, "kv_fraction": e.kv_fraction,
+                "max_seqs": e.seq_cap(self.gpus[gpu_id].memory_gb * GB, self.gpus[gpu_id].family),
+                "reserved_memory": self.efficiency.reserved_memory, "fp16_accumulate": e.fp16_accumulate,
+                "prefill_ubatch": e.prefill_ubatch, "prefill_dequant": e.prefill_dequant}
 
 
 def _bus_gbs(bus_id: str) -> float:
@@ -554,7 +589,20 @@ def default_root() -> Path:
     return Path(env) if env else Path(__file__).resolve().parent.parent / "catalogs"
 
 
-def _load(root: Path, name: str, schema: type[Record]) -> Record:
+R = TypeVar("R", bound=Record)
+
+
+class _Identified(Protocol):
+    """A catalog entry with an id (a GPU, a server, a fabric, ...)."""
+
+    @property
+    def id(self) -> str: ...
+
+
+E = TypeVar("E", bound=_Identified)
+
+
+def _load(root: Path, name: str, schema: type[R]) -> R:
     path = root / name
     data = read_yaml(path, CatalogError)
     version = data.get("schema_version")
@@ -564,10 +612,10 @@ def _load(root: Path, name: str, schema: type[Record]) -> Record:
     return validate(schema, data, path, CatalogError)
 
 
-def _index(path: Path, kind: str, items: tuple[Record, ...]) -> dict[str, Record]:
-    table: dict[str, Record] = {}
+def _index(path: Path, kind: str, items: tuple[E, ...]) -> dict[str, E]:
+    table: dict[str, E] = {}
     for item in items:
-        ident = item.id  # type: ignore[attr-defined]
+        ident = item.id
         if ident in table:
             raise CatalogError(f"{path}: {kind} id '{ident}' appears twice. To fix: give each entry its own id.")
         table[ident] = item
@@ -587,28 +635,28 @@ def load_catalog(root: Path | None = None) -> Catalog:
     cloud = _load(root, "cloud.yaml", CloudFile)
     cat = Catalog(
         root=root,
-        prices_as_of=gpus_f.prices_as_of,  # type: ignore[attr-defined]
-        gpus=_index(root / "gpus.yaml", "gpu", gpus_f.gpus),  # type: ignore[attr-defined]
-        servers=_index(root / "servers.yaml", "server", servers_f.servers),  # type: ignore[attr-defined]
-        links=_index(root / "network.yaml", "link", net_f.links),  # type: ignore[attr-defined]
-        nics=_index(root / "network.yaml", "nic", net_f.nics),  # type: ignore[attr-defined]
-        switches=_index(root / "network.yaml", "switch", net_f.switches),  # type: ignore[attr-defined]
-        fabrics=_index(root / "network.yaml", "fabric", net_f.fabrics),  # type: ignore[attr-defined]
-        models=_index(root / "models.yaml", "model", models_f.models),  # type: ignore[attr-defined]
-        facility=facility,  # type: ignore[arg-type]
+        prices_as_of=gpus_f.prices_as_of,
+        gpus=_index(root / "gpus.yaml", "gpu", gpus_f.gpus),
+        servers=_index(root / "servers.yaml", "server", servers_f.servers),
+        links=_index(root / "network.yaml", "link", net_f.links),
+        nics=_index(root / "network.yaml", "nic", net_f.nics),
+        switches=_index(root / "network.yaml", "switch", net_f.switches),
+        fabrics=_index(root / "network.yaml", "fabric", net_f.fabrics),
+        models=_index(root / "models.yaml", "model", models_f.models),
+        facility=facility,
         efficiency=load_efficiency(root),
-        uncertainty=bands,  # type: ignore[arg-type]
-        regions=_index(root / "regions.yaml", "region", regions.regions),  # type: ignore[attr-defined]
-        offers=_index(root / "cloud.yaml", "offer", cloud.offers),  # type: ignore[attr-defined]
-        cables=_index(root / "network.yaml", "cable", net_f.cables),  # type: ignore[attr-defined]
-        spec_sources=dict(gpus_f.spec_sources),  # type: ignore[attr-defined]
+        uncertainty=bands,
+        regions=_index(root / "regions.yaml", "region", regions.regions),
+        offers=_index(root / "cloud.yaml", "offer", cloud.offers),
+        cables=_index(root / "network.yaml", "cable", net_f.cables),
+        spec_sources=dict(gpus_f.spec_sources),
     )
     _check_references(cat)
     _check_efficiency_keys(cat)
     return cat
 
 
-def _ref(path: Path, owner: str, field: str, ident: str | None, table: dict[str, Record]) -> None:
+def _ref(path: Path, owner: str, field: str, ident: str | None, table: Mapping[str, Record]) -> None:
     if ident is not None and ident not in table:
         raise CatalogError(f"{path}: {owner}: field '{field}' names unknown id '{ident}'.{suggest(ident, table)}")
 
@@ -672,9 +720,10 @@ def _check_efficiency_keys(cat: Catalog) -> None:
 
 
 PRICED = ("gpus", "servers", "nics", "switches", "cables", "offers")  # the catalog tables whose entries carry a price
+PricedEntry = Gpu | Server | Nic | Switch | Cable | Offer  # an entry of one of those tables
 
 
-def priced_item(cat: Catalog, item_id: str) -> tuple[str, Record]:
+def priced_item(cat: Catalog, item_id: str) -> tuple[str, PricedEntry]:
     """(table, entry) of the priced catalog entry ``item_id``; CatalogError with a suggestion if none."""
     for table in PRICED:
         if item_id in getattr(cat, table):
@@ -691,7 +740,8 @@ def with_price(cat: Catalog, item_id: str, usd: float, note: str, date: str | No
     update = {"usd": usd, "source": note, "assumption": False, "override": True}
     if date is not None:
         update["date"] = date
-    price = item.price.model_copy(update=update)  # type: ignore[attr-defined]
+    price = item.price.model_copy(update=update)
     entries = dict(getattr(cat, table))
     entries[item_id] = item.model_copy(update={"price": price})
-    return replace(cat, **{table: entries})
+    changes: dict[str, Any] = {table: entries}  # the field named by ``table``: a dict of that table's entries
+    return replace(cat, **changes)

@@ -4,6 +4,7 @@ efficiency parameters and bands (fit). Thin over ``optimizer.calibration``."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -12,7 +13,7 @@ from optimizer import api as go
 from optimizer.cli_common import catalog_option, handle_errors
 
 
-def _progress():
+def _progress() -> Callable[[str, int, str], None] | None:
     """A line on a terminal naming the source left out; nothing in a pipe or a log."""
     if not sys.stderr.isatty():
         return None

@@ -132,7 +132,8 @@ def compare(catalog: Catalog, model: str, workload: str = "both", gpus: int = 64
     base = _problem(catalog, model, "train" if workload != "serve" else "serve", gpus, input_len, output_len,
                     tpot_ms)
     train, train_why = _train_figures(base, catalog, gpus) if workload != "serve" else ({}, {})
-    serve, serve_why = ({}, {})
+    serve: dict[str, ServeFigure] = {}
+    serve_why: dict[str, str] = {}
     if workload != "train":
         sp = _problem(catalog, model, "serve", gpus, input_len, output_len, tpot_ms)
         serve, serve_why = _serve_figures(sp, catalog)

@@ -12,10 +12,12 @@ from typing import Any
 
 from optimizer.catalog import AT_BATCH, AT_MAX_LOAD, Catalog
 from optimizer.errors import CatalogError, ProblemError, suggest
+from optimizer.perf.params import ServeParams, TrainParams
 from optimizer.perf.serve import ServePlan, math_precision, serve
 from optimizer.perf.specs import ModelSpec, TrainPlan
 from optimizer.perf.train import train_step
-from optimizer.problem import parse_quantity, resolve_model
+from optimizer.problem import resolve_model
+from optimizer.validation import parse_quantity
 
 
 @dataclass(frozen=True, eq=False)
@@ -63,13 +65,7 @@ def estimate_train(catalog: Catalog, model: str, gpu: str, gpus: int, tp: int = 
     if gb % per_step:
         raise ProblemError(f"--global-batch {gb} is not a multiple of DP {dp} × micro-batch {micro_batch}. "
                            f"To fix: use --global-batch {max(1, gb // (dp * micro_batch)) * dp * micro_batch}.")
-    srv = catalog.servers[server_id]
-    if tp > srv.slots:
-        raise ProblemError(f"--tp {tp} exceeds the {srv.slots} GPUs of one {server_id}. "
-                           "To fix: keep TP within a server.")
-    fabric_id = None
-    if gpus > srv.slots:
-        fabric_id = _pick("fabrics", fabric, list(srv.fabrics), f"fits {server_id}")
+    fabric_id = _train_fabric(catalog, server_id, fabric, tp, gpus)
     _check_train_shape(spec, tp, pp, virtual_stages)
     stack_id = _stack(catalog, "training", stack, gpu)
     plan = TrainPlan(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, num_micro_batches=gb // (dp * micro_batch),
@@ -78,11 +74,12 @@ def estimate_train(catalog: Catalog, model: str, gpu: str, gpus: int, tp: int = 
                      **catalog.train_plan_traits(gpu, stack_id))
     hw = catalog.hardware(gpu, server_id, fabric_id)
     resolved = catalog.resolve("training", gpu, precision, stack_id)
+    assert isinstance(resolved.params, TrainParams)  # a training stack resolves to training parameters
     try:
-        result = train_step(spec, hw, plan, resolved.params, catalog.efficiency.reserved_memory)  # type: ignore[arg-type]
+        result = train_step(spec, hw, plan, resolved.params, catalog.efficiency.reserved_memory)
     except ValueError as exc:
         raise ProblemError(f"{exc}. To fix: check --precision, --cp, --ep and --gpus.") from None
-    out = {
+    out: dict[str, Any] = {
         "model": spec.name, "gpu": gpu, "server": server_id, "fabric": fabric_id, "gpus": gpus,
         "plan": plan.describe(), "stack": stack_id, "stack_default": stack is None,
         "extrapolated": list(resolved.extrapolated), "fits": result.fits,
@@ -97,21 +94,38 @@ def estimate_train(catalog: Catalog, model: str, gpu: str, gpus: int, tp: int = 
     out["band_90"] = {"tokens_per_s": [result.tokens_per_s * band.ratio(5), result.tokens_per_s * band.ratio(95)]}
     if n_tokens:
         out["band_90"]["days"] = [out["days"] / band.ratio(95), out["days"] / band.ratio(5)]
-    verdict = "fits" if result.fits else "DOES NOT FIT"
+    return Estimate(out, _train_lines(out, stack is None, resolved.extrapolated, n_tokens))
+
+
+def _train_lines(out: dict[str, Any], default_stack: bool, extrapolated: tuple[str, ...],
+                 n_tokens: float | None) -> tuple[str, ...]:
+    """The text of a training estimate, from its JSON record."""
+    verdict = "fits" if out["fits"] else "DOES NOT FIT"
     lo, hi = out["band_90"]["tokens_per_s"]
+    fabric = f", {out['fabric']}" if out["fabric"] else ""
     lines = [
-        f"{spec.name} on {gpus} x {gpu} ({server_id}{', ' + fabric_id if fabric_id else ''}): {plan.describe()}",
-        _stack_line("training stack", stack_id, stack is None, resolved.extrapolated),
+        f"{out['model']} on {out['gpus']} x {out['gpu']} ({out['server']}{fabric}): {out['plan']}",
+        _stack_line("training stack", out["stack"], default_stack, extrapolated),
         f"memory per GPU {out['memory_gb_per_gpu']:,.1f} of {out['memory_capacity_gb']:,.0f} GB ({verdict}): "
         + ", ".join(f"{k} {v:,.1f}" for k, v in out["memory_breakdown_gb"].items()),
-        f"step {result.step_time:,.3f} s: " + ", ".join(f"{k} {v:,.3f}" for k, v in result.breakdown if v),
-        f"{result.tokens_per_s:,.0f} tokens/s (90 % band {lo:,.0f}-{hi:,.0f}), "
-        f"{out['tflops_per_gpu']:,.1f} TFLOP/s per GPU, MFU {result.mfu:.1%} (HFU {result.hfu:.1%})",
+        f"step {out['step_time_s']:,.3f} s: " + ", ".join(f"{k} {v:,.3f}" for k, v in out["step_breakdown_s"].items()
+                                                       if v),
+        f"{out['tokens_per_s']:,.0f} tokens/s (90 % band {lo:,.0f}-{hi:,.0f}), "
+        f"{out['tflops_per_gpu']:,.1f} TFLOP/s per GPU, MFU {out['mfu']:.1%} (HFU {out['hfu']:.1%})",
     ]
     if out["days"] is not None:
         d_lo, d_hi = out["band_90"]["days"]
         lines.append(f"{out['days']:,.1f} days for {n_tokens:.3g} tokens (90 % band {d_lo:,.1f}-{d_hi:,.1f})")
-    return Estimate(out, tuple(lines))
+    return tuple(lines)
+
+
+def _train_fabric(catalog: Catalog, server_id: str, fabric: str | None, tp: int, gpus: int) -> str | None:
+    """The fabric between servers (None within one), once TP is checked to stay inside a server."""
+    srv = catalog.servers[server_id]
+    if tp > srv.slots:
+        raise ProblemError(f"--tp {tp} exceeds the {srv.slots} GPUs of one {server_id}. "
+                           "To fix: keep TP within a server.")
+    return _pick("fabrics", fabric, list(srv.fabrics), f"fits {server_id}") if gpus > srv.slots else None
 
 
 def _check_train_shape(spec: ModelSpec, tp: int, pp: int, virtual_stages: int) -> None:
@@ -149,10 +163,11 @@ def estimate_serve(catalog: Catalog, model: str, gpu: str, gpus: int, input_len:
     try:
         math_precision(catalog.device(gpu), precision)  # a GPU without tensor cores for it raises
         resolved = catalog.resolve("serving", gpu, precision, engine_id)
-        r = serve(spec, catalog.hardware(gpu, server_id, None), plan, resolved.params)  # type: ignore[arg-type]
+        assert isinstance(resolved.params, ServeParams)  # a serving engine resolves to serving parameters
+        r = serve(spec, catalog.hardware(gpu, server_id, None), plan, resolved.params)
     except ValueError as exc:
         raise ProblemError(f"--precision {precision}: {exc}.") from None
-    out = {
+    out: dict[str, Any] = {
         "model": spec.name, "gpu": gpu, "server": server_id, "gpus": gpus, "replicas": replicas,
         "tp": tp, "pp": pp, "precision": precision, "kv_precision": kv_precision, "engine": engine_id,
         "engine_default": engine is None, "extrapolated": list(resolved.extrapolated),
@@ -170,21 +185,27 @@ def estimate_serve(catalog: Catalog, model: str, gpu: str, gpus: int, input_len:
     band = catalog.band("serve", bool(resolved.extrapolated), regime)
     out["band_90"] = {"output_tokens_per_s": [out["output_tokens_per_s"] * band.ratio(5),
                                               out["output_tokens_per_s"] * band.ratio(95)], "regime": regime}
-    verdict = "fits" if r.fits else "DOES NOT FIT"
+    return Estimate(out, _serve_lines(out, resolved.extrapolated))
+
+
+def _serve_lines(out: dict[str, Any], extrapolated: tuple[str, ...]) -> tuple[str, ...]:
+    """The text of a serving estimate, from its JSON record."""
+    verdict = "fits" if out["fits"] else "DOES NOT FIT"
     lo, hi = out["band_90"]["output_tokens_per_s"]
-    lines = (
-        f"{spec.name} on {gpus} x {gpu} ({server_id}): {replicas} replica(s) of TP={tp} PP={pp}, "
-        f"{precision} weights, {kv_precision} KV cache, {input_len} in / {output_len} out",
-        _stack_line("serving engine", engine_id, engine is None, resolved.extrapolated),
+    return (
+        f"{out['model']} on {out['gpus']} x {out['gpu']} ({out['server']}): {out['replicas']} replica(s) of "
+        f"TP={out['tp']} PP={out['pp']}, {out['precision']} weights, {out['kv_precision']} KV cache, "
+        f"{out['input_len']} in / {out['output_len']} out",
+        _stack_line("serving engine", out["engine"], out["engine_default"], extrapolated),
         f"memory per GPU {out['memory_gb_per_gpu']:,.1f} of {out['memory_capacity_gb']:,.0f} GB ({verdict}) "
-        f"at batch {r.batch} per replica (max {r.max_batch}): "
+        f"at batch {out['batch_per_replica']} per replica (max {out['max_batch']}): "
         + ", ".join(f"{k} {v:,.1f}" for k, v in out["memory_breakdown_gb"].items()),
         f"TTFT {out['ttft_ms']:,.1f} ms, TPOT {out['tpot_ms']:,.1f} ms (decode step {out['decode_step_ms']:,.1f} ms: "
         + ", ".join(f"{k} {v:,.2f}" for k, v in out["decode_breakdown_ms"].items() if v) + ")",
-        f"{out['output_tokens_per_s']:,.0f} output tokens/s (90 % band {lo:,.0f}-{hi:,.0f}, {regime}), "
-        f"{out['total_tokens_per_s']:,.0f} total tokens/s, {out['requests_per_s']:,.2f} requests/s for the group",
+        f"{out['output_tokens_per_s']:,.0f} output tokens/s (90 % band {lo:,.0f}-{hi:,.0f}, "
+        f"{out['band_90']['regime']}), {out['total_tokens_per_s']:,.0f} total tokens/s, "
+        f"{out['requests_per_s']:,.2f} requests/s for the group",
     )
-    return Estimate(out, lines)
 
 
 def _stack(catalog: Catalog, kind: str, ident: str | None, gpu_id: str) -> str:

@@ -8,7 +8,7 @@ Every figure comes from a MIP solve re-checked by the performance model, as in `
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from optimizer.catalog import Catalog
 from optimizer.plans import PlanTable, enumerate_candidates, restrict
@@ -17,6 +17,16 @@ from optimizer.recommend import Repair, repairs
 from optimizer.sweep import SweepRow, solve_point
 
 STEP = 0.10  # each limit is relaxed by 10 % to price it
+
+LimitField = Literal["budget_usd", "power_cap_w", "deadline_s"]  # the Problem fields of the limits
+
+
+class _Raised(TypedDict, total=False):
+    """The one limit a relaxation raises, as a ``Problem`` field."""
+
+    budget_usd: float
+    power_cap_w: float
+    deadline_s: float
 
 
 @dataclass(frozen=True)
@@ -105,14 +115,17 @@ def relaxations(problem: Problem, catalog: Catalog, best: SweepRow, backend: str
     base = _row(problem, catalog, table, backend, limit)
     out = []
     spend = best.tco if problem.budget_covers == "tco" else best.capex
-    for name, field, current, slack in (
-            ("budget", "budget_usd", problem.budget_usd, (problem.budget_usd or 0) - spend),
-            ("power", "power_cap_w", problem.power_cap_w, (problem.power_cap_w or 0) - best.power_kw * 1e3),
-            ("deadline", "deadline_s", problem.deadline_s if problem.kind == "train" else None,
-             (problem.deadline_s or 0) - (best.days or 0) * 86400)):
+    limits: tuple[tuple[str, LimitField, float | None, float], ...] = (
+        ("budget", "budget_usd", problem.budget_usd, (problem.budget_usd or 0) - spend),
+        ("power", "power_cap_w", problem.power_cap_w, (problem.power_cap_w or 0) - best.power_kw * 1e3),
+        ("deadline", "deadline_s", problem.deadline_s if problem.kind == "train" else None,
+         (problem.deadline_s or 0) - (best.days or 0) * 86400))
+    for name, field, current, slack in limits:
         if current is None:
             continue
-        relaxed = replace(problem, **{field: current * (1 + STEP)})
+        raised: _Raised = {}
+        raised[field] = current * (1 + STEP)
+        relaxed = replace(problem, **raised)
         row = _row(relaxed, catalog, table, backend, limit)
         out.append(Relaxation(name, current, slack, current * (1 + STEP), _better(problem, row, base), row))
     return out
@@ -157,12 +170,15 @@ def _effect(problem: Problem, best: SweepRow, r: Relaxation) -> str:
 
 def relaxation_lines(e: Explanation) -> list[str]:
     """One line per limit: its slack at the optimum and what relaxing it by STEP is worth."""
-    lines = []
-    for r in e.relaxations if e.best is not None else ():
+    lines: list[str] = []
+    best = e.best
+    if best is None:
+        return lines
+    for r in e.relaxations:
         unit_slack = _limit_text(r.limit, abs(r.slack))
         slack = f"{unit_slack} {'unused' if r.limit != 'deadline' else 'to spare'}" if r.slack > 0 else "none left"
         lines.append(f"{r.limit} {_limit_text(r.limit, r.current)} (slack: {slack}): "
-                     f"+{_limit_text(r.limit, r.relaxed_to - r.current)} -> {_effect(e.problem, e.best, r)}")
+                     f"+{_limit_text(r.limit, r.relaxed_to - r.current)} -> {_effect(e.problem, best, r)}")
     return lines
 
 

@@ -67,11 +67,12 @@ def gpu_hours(path: Path, catalog: Catalog) -> list[GpuHours]:
         problem = _problem(catalog, row, path)
         rec = recommend(problem, catalog)
         band = catalog.band_for("train", problem.stack, (row["gpu"], problem.precision))
-        used = rec.solution.candidate.gpus_per_replica * rec.solution.dp  # units of ep replicas
+        plan = rec.solution.candidate
+        assert plan is not None  # recommend() raises unless a training plan was chosen
+        used = plan.gpus_per_replica * rec.solution.dp  # units of ep replicas
         hours = used * rec.days * 24
         out.append(GpuHours(row["model"], row["gpu"], used, float(row["tokens"]), float(row["published_gpu_hours"]),
-                            hours, (hours / band.ratio(95), hours / band.ratio(5)),
-                            rec.solution.candidate.plan.describe()))
+                            hours, (hours / band.ratio(95), hours / band.ratio(5)), plan.plan.describe()))
     return out
 
 

@@ -67,10 +67,11 @@ import enum
 import math
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from optimizer.costs import (  # noqa: F401  (re-exported: the closed forms the MIP is checked against)
+from optimizer.costs import (  # re-exported (see __all__): the closed forms the MIP is checked against
     Costs,
     GroupCount,
     Targets,
@@ -87,6 +88,13 @@ from optimizer.costs import (  # noqa: F401  (re-exported: the closed forms the 
 )
 from optimizer.errors import SolverError
 from optimizer.plans import Candidate, Group, PlanTable, ServeCandidate
+
+__all__ = [
+    "BACKENDS", "ORTOOLS_ENGINE", "MilpSolution", "Status", "replica_bound", "solve",
+    # re-exported from optimizer.costs
+    "Costs", "GroupCount", "Targets", "capex_parts", "fabric_links", "group_costs", "job_gpu_hours",
+    "least_purchases", "network_switches", "purchase", "racks_needed", "rent_cost", "solution_costs",
+]
 
 BACKENDS = ("ortools", "pulp")
 ORTOOLS_ENGINE = "HIGHS"  # OR-Tools' linear-solver wrapper around HiGHS; "SCIP" also works, but
@@ -187,7 +195,7 @@ def _leaf_bound(g: Group, servers: int) -> int:
 
 
 @contextlib.contextmanager
-def _quiet_stdout():
+def _quiet_stdout() -> Iterator[None]:
     """HiGHS prints a banner from C++ straight to file descriptor 1, past SuppressOutput();
     park fd 1 on /dev/null while it solves so `--format json` stays clean."""
     try:
@@ -239,7 +247,7 @@ class _Model:
     def bool_var(self, name: str) -> Any:
         return self.int_var(0, 1, name)
 
-    def total(self, terms: list) -> Any:
+    def total(self, terms: list[Any]) -> Any:
         if self.backend == "ortools":
             return self.m.Sum(terms) if terms else 0
         return self._pulp.lpSum(terms)
@@ -297,11 +305,12 @@ class _Model:
 
     def value(self, var: Any) -> float:
         if self.backend == "ortools":
-            return var.solution_value()
+            solved: float = var.solution_value()
+            return solved
         return var.value() or 0.0
 
 
-def solve(table: PlanTable, targets: Targets, backend: str = "ortools", time_limit_s: float = 60.0,
+def solve(table: PlanTable, targets: Targets, backend: str = "ortools", time_limit_s: float = 60.0,  # noqa: C901 (debt: split it, issue 14)
           mip_gap: float = 1e-6, tie_break: bool = True) -> MilpSolution:
     """Build the program above over ``table`` and solve it. Same signature for both backends."""
     import time
@@ -345,7 +354,7 @@ def solve(table: PlanTable, targets: Targets, backend: str = "ortools", time_lim
         model.add(dp[c.key] >= c.dp_min * x[c.key], f"dp_min[{c.key}]")
         model.add(dp[c.key] <= c.dp_max * x[c.key], f"dp_max[{c.key}]")
     capex_terms, value_terms, power_terms, rent_terms, units_terms = [], [], [], [], []
-    caps: dict[tuple[str, str], list] = {}  # (kind, id) -> units bought (or rented) that count against a cap
+    caps: dict[tuple[str, str], list[Any]] = {}  # (kind, id) -> units bought (or rented) that count against a cap
     for h, g in sorted(table.groups.items()):
         cands = by_group.get(h, [])
         used = {w: ([c.gpus_per_replica * dp[c.key] for c in cands if c.workload == w]
@@ -487,7 +496,8 @@ def solve(table: PlanTable, targets: Targets, backend: str = "ortools", time_lim
         raise SolverError(f"the solver selected {len(chosen)} training plans; expected one for each of "
                           f"{len(trained)} training workload(s)")
     plans = tuple((p, round(values["dp", p.key])) for p in chosen)
-    c, dp_value = plans[0] if plans else (None, 0)
+    first: Candidate | None
+    first, dp_value = plans[0] if plans else (None, 0)
     replicas = tuple((r, round(values["n", r.key])) for r in table.serving if round(values["n", r.key]) > 0)
     for h, g in table.groups.items():  # a rented group's instances cost nothing apart from its GPUs
         if g.rented:
@@ -497,8 +507,8 @@ def solve(table: PlanTable, targets: Targets, backend: str = "ortools", time_lim
                                  round(values.get(("OG", h), 0.0)), round(values.get(("OS", h), 0.0)))
                       for h in sorted(table.groups) if round(values["G", h]) > 0)
     costs = solution_costs(table, targets, purchases, tuple(chosen))
-    return MilpSolution(status, backend, objective, bound, gap, c, dp_value, replicas, purchases,
-                        c.replica_tokens_per_s * dp_value if c else 0.0, costs.capex, costs.power_w,
+    return MilpSolution(status, backend, objective, bound, gap, first, dp_value, replicas, purchases,
+                        first.replica_tokens_per_s * dp_value if first else 0.0, costs.capex, costs.power_w,
                         costs.opex(targets), time.perf_counter() - start, model.n_vars, model.n_cons, costs,
                         plans)
 

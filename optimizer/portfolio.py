@@ -46,7 +46,7 @@ def enumerate_portfolio(problem: Problem, catalog: Catalog) -> PlanTable:
     groups: dict[str, Group] = {}
     candidates: list[Candidate] = []
     serving: list[ServeCandidate] = []
-    dropped: Counter = Counter()
+    dropped: Counter[str] = Counter()
     reasons: dict[str, str] = {}
     enumerated = pruned = 0
     for phase in problem.phases:

@@ -9,9 +9,10 @@ solver options. Catalog entries are referred to by id; their numbers are never c
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypedDict
 
 from pydantic import (
     BaseModel,
@@ -41,7 +42,11 @@ from optimizer.procurement import (
     parse_cli_price,
     resolve_procurement,
 )
+from optimizer.stacks import Kind
 from optimizer.validation import parse_quantity, read_yaml, short_repr, thousands_in_flow, validate
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 SCHEMA_VERSION = 1
 def _positive_quantity(value: object) -> float:
@@ -162,7 +167,7 @@ class Workload(Strict):
     precision: Literal["bf16", "fp16", "fp8", "fp4"] = "bf16"
     stack: str | None = None  # catalogs/stacks.yaml training stack; None: the default for each GPU's vendor
     seq_len: int | None = Field(default=None, ge=1)
-    global_batch: GlobalBatch = GlobalBatch(max_tokens="4M")
+    global_batch: GlobalBatch = GlobalBatch(max_tokens=4e6)  # 4M tokens
 
 
 class TrainPhase(Workload):
@@ -232,25 +237,25 @@ class Cost(Strict):
     horizon_years: float | None = Field(default=None, gt=0, le=20)
 
 
-def _grid_value(what: str, allowed: range, examples: str) -> Any:
-    """A search-grid entry: a whole number in ``allowed`` (not a bool, a fraction or a string)."""
+def _grid_value(what: str, allowed: range, examples: str) -> BeforeValidator:
+    """The check of a search-grid entry: a whole number in ``allowed`` (not a bool, a fraction or a string)."""
     def check(value: object) -> int:
         if isinstance(value, int) and not isinstance(value, bool) and value in allowed:
             return value
         span = f"{allowed.start} to {allowed.stop - 1}"
         raise ValueError(f"expected {what} as a whole number from {span}, got {value!r}. "
                          f"To fix: use values such as {examples}")
-    return Annotated[int, BeforeValidator(check)]
+    return BeforeValidator(check)
 
 
-TensorParallel = _grid_value("a tensor-parallel degree", range(1, 1025), "[1, 2, 4, 8]")
-PipelineParallel = _grid_value("a pipeline-parallel degree", range(1, 1001), "[1, 2, 4, 8]")
-ContextParallel = _grid_value("a context-parallel degree", range(1, 1025), "[1, 2, 4]")
-ExpertParallel = _grid_value("an expert-parallel degree", range(1, 1025), "[1, 2, 4, 8]")
-MicroBatch = _grid_value("a micro-batch size in sequences", range(1, 4097), "[1, 2, 4, 8]")
-PerStage = _grid_value("a number of micro-batches per pipeline stage", range(1, 4097), "[1, 2, 4, 8]")
-Chunks = _grid_value("a number of model chunks per GPU", range(1, 1001), "[1, 2, 4]")
-ZeroStage = _grid_value("a ZeRO stage", range(0, 4), "[1, 3]")
+TensorParallel = Annotated[int, _grid_value("a tensor-parallel degree", range(1, 1025), "[1, 2, 4, 8]")]
+PipelineParallel = Annotated[int, _grid_value("a pipeline-parallel degree", range(1, 1001), "[1, 2, 4, 8]")]
+ContextParallel = Annotated[int, _grid_value("a context-parallel degree", range(1, 1025), "[1, 2, 4]")]
+ExpertParallel = Annotated[int, _grid_value("an expert-parallel degree", range(1, 1025), "[1, 2, 4, 8]")]
+MicroBatch = Annotated[int, _grid_value("a micro-batch size in sequences", range(1, 4097), "[1, 2, 4, 8]")]
+PerStage = Annotated[int, _grid_value("a number of micro-batches per pipeline stage", range(1, 4097), "[1, 2, 4, 8]")]
+Chunks = Annotated[int, _grid_value("a number of model chunks per GPU", range(1, 1001), "[1, 2, 4]")]
+ZeroStage = Annotated[int, _grid_value("a ZeRO stage", range(0, 4), "[1, 3]")]
 Recompute = Literal["none", "selective", "full"]
 
 
@@ -280,7 +285,7 @@ class Search(Strict):
 
     @field_validator("*")
     @classmethod
-    def _non_empty(cls, v: tuple) -> tuple:
+    def _non_empty(cls, v: tuple[Any, ...]) -> tuple[Any, ...]:
         if not v:
             raise ValueError("expected at least one value, got an empty list. To fix: list the values to try, "
                              "or remove the key for the default")
@@ -347,6 +352,13 @@ class Phase:
     end_s: float
 
 
+class Limits(TypedDict, total=False):
+    """The shared limits ``Problem.with_limits`` changes (None: no limit)."""
+
+    budget_usd: float | None
+    power_cap_w: float | None
+
+
 @dataclass(frozen=True)
 class Problem:
     """A validated problem, in SI units and catalog ids."""
@@ -408,7 +420,7 @@ class Problem:
             return 0
         return dict(self.max_units).get(item)
 
-    def with_limits(self, **fields: float | None) -> Problem:
+    def with_limits(self, **fields: Unpack[Limits]) -> Problem:
         """The problem with shared limits (budget_usd, power_cap_w) changed, in every workload too."""
         phases = tuple(replace(ph, problem=replace(ph.problem, **fields)) for ph in self.phases)
         return replace(self, phases=phases, **fields)
@@ -418,7 +430,7 @@ class Problem:
         return sum(d.output_tokens_per_s for d in self.demands)
 
 
-def _gpu_ids(data: dict, catalog: Catalog, path: Path) -> dict:
+def _gpu_ids(data: dict[str, Any], catalog: Catalog, path: Path) -> dict[str, Any]:
     """``data`` with the GPUs of hardware.allow_gpus / exclude_gpus / max_units and inventory
     written as people say them ("H100 SXM", "4090", "MI300X") turned into catalog ids; a name
     that could be several GPUs is an error that lists them. Names matching nothing are left for
@@ -450,7 +462,7 @@ def _gpu_ids(data: dict, catalog: Catalog, path: Path) -> dict:
     return out
 
 
-def _check_ids(path: Path, field: str, ids: tuple[str, ...], table: dict) -> None:
+def _check_ids(path: Path, field: str, ids: tuple[str, ...], table: Mapping[str, object]) -> None:
     for ident in ids:
         if ident not in table:
             raise ProblemError(f"{path}: field '{field}': unknown id '{ident}'.{suggest(ident, table)}"
@@ -473,7 +485,7 @@ def _tp_misfit(model: ModelSpec, tp: int) -> str:
             "(training shards or replicates whole KV heads)")
 
 
-def _check_tp(path: Path, data: dict, workloads: list[tuple[ModelSpec, bool]]) -> None:
+def _check_tp(path: Path, data: dict[str, Any], workloads: list[tuple[ModelSpec, bool]]) -> None:
     """Reject a TP value the problem's own search grid lists that no workload's model can use
     (``workloads``: each workload's model and whether it is served). The default grid is left
     to the planner, which skips what does not fit."""
@@ -527,7 +539,7 @@ def with_prices(problem: Problem, catalog: Catalog, cli_prices: tuple[str, ...] 
     return replace(problem, prices=prices, catalog=apply_prices(catalog, prices))
 
 
-def problem_from_data(data: dict, path: Path, catalog: Catalog, check_grid: bool = True) -> Problem:
+def problem_from_data(data: dict[str, Any], path: Path, catalog: Catalog, check_grid: bool = True) -> Problem:
     """Validate a problem given as a mapping (as read from YAML); ``path`` names it in messages.
     ``check_grid``: reject search-grid TP values the model cannot use (off for the workloads of a
     problem with several, whose grid is checked against all their models at once)."""
@@ -546,8 +558,8 @@ def problem_from_data(data: dict, path: Path, catalog: Catalog, check_grid: bool
     serving = isinstance(w, ServeWorkload)
     if check_grid:
         _check_tp(path, data, [(model, serving)])
-    seq_len = model.seq_len if serving else (w.seq_len or model.seq_len)
-    tokens = 0.0 if serving else float(w.tokens)
+    seq_len = model.seq_len if isinstance(w, ServeWorkload) else (w.seq_len or model.seq_len)
+    tokens = 0.0 if isinstance(w, ServeWorkload) else float(w.tokens)
 
     if serving and spec.objective != "min_cost":
         raise ProblemError(f"{path}: field 'objective': a serving workload is planned at minimum cost for its "
@@ -560,7 +572,7 @@ def problem_from_data(data: dict, path: Path, catalog: Catalog, check_grid: bool
                            "fastest cluster is unbounded. To fix: add budget: {usd: 500000}.")
     budget = float(spec.budget.usd) if spec.budget else None
 
-    gb = GlobalBatch(max_seqs=1) if serving else w.global_batch
+    gb = GlobalBatch(max_seqs=1) if isinstance(w, ServeWorkload) else w.global_batch
     max_seqs = gb.max_seqs
     if max_seqs is None:
         max_tokens = float(gb.max_tokens) if gb.max_tokens is not None else 4e6
@@ -592,7 +604,7 @@ def problem_from_data(data: dict, path: Path, catalog: Catalog, check_grid: bool
         model=model,
         model_id=w.model if isinstance(w.model, str) else model.name,
         tokens=tokens,
-        precision="bf16" if serving else w.precision,
+        precision="bf16" if isinstance(w, ServeWorkload) else w.precision,
         seq_len=seq_len,
         min_global_batch=gb.min_seqs,
         max_global_batch=max_seqs,
@@ -616,23 +628,24 @@ def problem_from_data(data: dict, path: Path, catalog: Catalog, check_grid: bool
         kind="serve" if serving else "train",
         demands=tuple(Demand(c.name, c.input_len, c.output_len, c.demand,
                              c.ttft_ms / 1e3 if c.ttft_ms else None, c.tpot_ms / 1e3 if c.tpot_ms else None)
-                      for c in w.classes) if serving else (),
-        serve_precisions=tuple(dict.fromkeys(w.precisions)) if serving else (),
-        kv_precision=w.kv_precision if serving else "fp16",
-        stack=_stack(path, catalog, "serving" if serving else "training", w.engine if serving else w.stack),
+                      for c in w.classes) if isinstance(w, ServeWorkload) else (),
+        serve_precisions=tuple(dict.fromkeys(w.precisions)) if isinstance(w, ServeWorkload) else (),
+        kv_precision=w.kv_precision if isinstance(w, ServeWorkload) else "fp16",
+        stack=(_stack(path, catalog, "serving", w.engine) if isinstance(w, ServeWorkload)
+               else _stack(path, catalog, "training", w.stack)),
         confidence=spec.confidence,
         oversubscription=spec.network.oversubscription,
         **extra,
     )
 
 
-def _stack(path: Path, catalog: Catalog, kind: str, ident: str | None) -> str | None:
+def _stack(path: Path, catalog: Catalog, kind: Kind, ident: str | None) -> str | None:
     """A stack or engine named by id or alias, as its id (bad names name the file and field)."""
     if ident is None:
         return None
     field = "workload.stack" if kind == "training" else "workload.engine"
     try:
-        return catalog.efficiency.stack(kind, ident).id  # type: ignore[arg-type]
+        return catalog.efficiency.stack(kind, ident).id
     except CatalogError as exc:
         raise ProblemError(f"{path}: field '{field}': {exc}") from None
 
@@ -666,7 +679,7 @@ def confidence_factor(problem: Problem, catalog: Catalog, gpu_id: str, precision
 PHASE_FIELDS = {"name", "start_days", "deadline_days", "end_days"}
 
 
-def _several(data: dict, spec: ProblemFile, path: Path, catalog: Catalog) -> Problem:
+def _several(data: dict[str, Any], spec: ProblemFile, path: Path, catalog: Catalog) -> Problem:
     """A problem with several workloads: each becomes a problem of its own (the shared site,
     hardware, prices and solver, its deadline or horizon the length of its window), and the
     whole a ``Problem`` of kind "multi" holding them as phases."""
@@ -689,7 +702,7 @@ def _several(data: dict, spec: ProblemFile, path: Path, catalog: Catalog) -> Pro
     phases = []
     for i, w in enumerate(spec.workloads):
         train = isinstance(w, TrainPhase)
-        end = w.deadline_days if train else (w.end_days or horizon_days)
+        end = w.deadline_days if isinstance(w, TrainPhase) else (w.end_days or horizon_days)
         where = f"workloads[{i}] ({w.name})"
         if end <= w.start_days:
             raise bad(where, f"it starts on day {w.start_days:g} and ends on day {end:g}",

@@ -12,7 +12,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -96,6 +96,22 @@ class PriceOverride:
     usd: float
     date: str
     note: str
+
+
+class ProcurementFields(TypedDict):
+    """The ``Problem`` fields ``resolve_procurement`` fills in."""
+
+    gpus: tuple[str, ...]
+    buy_gpus: tuple[str, ...]
+    inventory: tuple[Owned, ...]
+    offers: tuple[str, ...]
+    max_units: tuple[tuple[str, int], ...]
+    maintenance_per_year: float
+    colocation_usd_per_kw_month: float
+    installation_usd_per_server: float
+    racks: RackLimits | None
+    prices: tuple[PriceOverride, ...]
+    region: str | None
 
 
 def resolve_inventory(path: Path, entries: tuple[OwnedEntry, ...], catalog: Catalog) -> tuple[Owned, ...]:
@@ -195,17 +211,22 @@ def resolve_prices(path: Path, book: dict[str, float | str | PriceEntry],
             _, entry = priced_item(catalog, item)
         except CatalogError as exc:
             raise ProblemError(f"{where}: {exc}") from None
-        base = entry.price.usd  # type: ignore[attr-defined]
+        base = entry.price.usd
+        raw: float | str
         if isinstance(value, PriceEntry):
-            if (value.usd is None) == (value.change is None):
+            if value.usd is not None and value.change is None:
+                raw = value.usd
+            elif value.change is not None and value.usd is None:
+                raw = value.change
+            else:
                 raise ProblemError(f"{where}: give exactly one of 'usd' and 'change'. "
                                    "To fix: usd: 21000 or change: '-15%'.")
             date, note = value.date or "undated", value.note
-            value = value.usd if value.usd is not None else value.change  # type: ignore[assignment]
         else:
+            raw = value
             date, note = "undated", "problem file price book"
         try:
-            usd = price_value(value, base)
+            usd = price_value(raw, base)
         except ValueError as exc:
             raise ProblemError(f"{where}: {exc}. To fix: a price in USD (21000, '21k') or a change ('-15%').") from None
         out.append(PriceOverride(item, usd, date, f"{note} (catalog ${base:,.2f})"))
@@ -219,7 +240,7 @@ def apply_prices(catalog: Catalog, prices: tuple[PriceOverride, ...]) -> Catalog
     return catalog
 
 
-def resolve_procurement(path: Path, spec: ProblemFile, gpus: tuple[str, ...], catalog: Catalog) -> dict:
+def resolve_procurement(path: Path, spec: ProblemFile, gpus: tuple[str, ...], catalog: Catalog) -> ProcurementFields:
     """The Problem fields of the procurement sections of a validated ``ProblemFile``: which GPUs
     may be used and bought (vendors, region, buy switch), the inventory, offers, caps, racks,
     facility cost terms and the price book."""
@@ -259,7 +280,7 @@ def resolve_procurement(path: Path, spec: ProblemFile, gpus: tuple[str, ...], ca
     colo = site.colocation_usd_per_kw_month
     if colo is None:
         colo = fac.colocation_usd_per_kw_month.value if site.colocation else 0.0
-    return dict(
+    return ProcurementFields(
         gpus=usable,
         buy_gpus=buy,
         inventory=inventory,
@@ -284,7 +305,7 @@ def parse_cli_price(spec: str, catalog: Catalog) -> PriceOverride:
         _, entry = priced_item(catalog, item)
     except CatalogError as exc:
         raise ProblemError(f"--price '{spec}': {exc}") from None
-    base = entry.price.usd  # type: ignore[attr-defined]
+    base = entry.price.usd
     try:
         usd = price_value(value, base)
     except ValueError as exc:

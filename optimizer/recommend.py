@@ -7,6 +7,7 @@ solver chose, and its hardware is re-priced from the catalog, independently of t
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from optimizer.catalog import HOURS_PER_YEAR, Catalog
@@ -80,11 +81,11 @@ def verify(problem: Problem, catalog: Catalog, table: PlanTable,
            sol: MilpSolution) -> tuple[TrainResult | None, tuple[str, ...], tuple[ServeResult, ...]]:
     """Re-check the solver's answer without the solver; raise SolverError if it does not hold."""
     if problem.phases:
-        _, checks, results = verify_several(problem, catalog, table, sol)
-        return None, checks, results
+        _, several_checks, several_results = verify_several(problem, catalog, table, sol)
+        return None, several_checks, several_results
     if problem.kind == "serve":
-        checks, results = verify_serving(problem, catalog, table, sol)
-        return None, checks, results
+        serve_checks, serve_results = verify_serving(problem, catalog, table, sol)
+        return None, serve_checks, serve_results
     if sol.candidate is None or sol.counts is None:
         raise SolverError("verify() needs a solution with a chosen plan")
     checks: list[str] = []
@@ -139,7 +140,8 @@ def verify_several(problem: Problem, catalog: Catalog, table: PlanTable, sol: Mi
     served: list[ServeResult] = []
     servers = {p.group: p.servers for p in sol.purchases}
     for phase in problem.phases:
-        mine, bad = [], []
+        mine: list[str] = []
+        bad: list[str] = []
         if phase.kind == "train":
             c, dp = next((c, dp) for c, dp in sol.plans if c.workload == phase.name)
             trained.append((phase.name, _train_checks(phase.problem, catalog, table, c, dp, servers[c.group],
@@ -267,7 +269,7 @@ class Repair:
 
     def apply(self, problem: Problem) -> Problem:
         field = {"budget": "budget_usd", "power": "power_cap_w", "deadline": "deadline_s"}[self.limit]
-        return replace(problem, **{field: self.needed}) if field == "deadline_s" else \
+        return replace(problem, deadline_s=self.needed) if field == "deadline_s" else \
             problem.with_limits(**{field: self.needed})
 
     def describe(self, problem: Problem) -> str:
@@ -316,7 +318,7 @@ def repairs(problem: Problem, catalog: Catalog, table: PlanTable, backend: str, 
 
 
 def _least(problem: Problem, catalog: Catalog, field: str, relaxed: Targets, backend: str, limit: float,
-           measure) -> float | None:
+           measure: Callable[[MilpSolution], float]) -> float | None:
     """The least value of a limit (budget or power cap) at which the problem is feasible.
 
     A first solve without the limit gives a value v; but plans enumerated under a limit v are

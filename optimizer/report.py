@@ -59,7 +59,7 @@ def _src(price: Price) -> str:
     return f"{text} [{price.date}]"
 
 
-def bill_of_materials(rec: Recommendation, catalog: Catalog) -> list[BomRow]:
+def bill_of_materials(rec: Recommendation, catalog: Catalog) -> list[BomRow]:  # noqa: C901 (debt: split it, issue 14)
     """One row per item bought for every hardware group: GPUs, server platforms, NICs, switches,
     installation and racks; owned parts at $0 (they draw power); rentals at their cost."""
     rows: list[BomRow] = []
@@ -297,7 +297,7 @@ def _serving_plan(rec: Recommendation) -> dict[str, Any]:
             "gpu_types": sorted({rec.table.groups[p.group].gpu for p in sol.purchases})}
 
 
-def assumptions_used(rec: Recommendation, catalog: Catalog) -> list[str]:
+def assumptions_used(rec: Recommendation, catalog: Catalog) -> list[str]:  # noqa: C901 (debt: split it, issue 14)
     """The figures behind this answer that no source gives (prices and efficiency factors)."""
     out: list[str] = []
     # the kind, number format and stack of each workload a group runs (several workloads: their own)

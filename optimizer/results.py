@@ -38,7 +38,8 @@ if TYPE_CHECKING:  # pandas and the calibration stage (scipy) load when a frame 
 def _frame(records: Any) -> pd.DataFrame:
     import pandas as pd
 
-    return pd.DataFrame(records)
+    frame: pd.DataFrame = pd.DataFrame(records)
+    return frame
 
 
 def _read_csv(text: str) -> pd.DataFrame:
@@ -216,7 +217,8 @@ class Calibration:
     rows: bool = False  # the text lists every row's comparison
 
     def to_dict(self) -> dict[str, Any]:
-        return json.loads(self.render("json"))
+        data: dict[str, Any] = json.loads(self.render("json"))
+        return data
 
     def render(self, fmt: str = "text") -> str:
         from optimizer.calibration import render as calibration_render

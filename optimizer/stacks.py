@@ -231,4 +231,5 @@ def load_efficiency(root: Path) -> Efficiency:
                 if key not in entries:
                     raise CatalogError(f"{eff_path}: {kind}.{name}.stacks: '{key}' is not in {stacks_path.name}."
                                        f"{suggest(key, entries)} To fix: add it there or remove the value.")
-    return Efficiency(table, stacks, engines, dict(stacks_file.defaults), table.reserved_memory_gb * 1e9)
+    defaults: dict[str, dict[str, str]] = {kind: vendors for kind, vendors in stacks_file.defaults.items()}
+    return Efficiency(table, stacks, engines, defaults, table.reserved_memory_gb * 1e9)

@@ -25,9 +25,10 @@ from optimizer.catalog import Catalog, priced_item, with_price
 from optimizer.errors import GpuoptError, ProblemError
 from optimizer.milp import Status, solve
 from optimizer.plans import PlanTable, build_groups, enumerate_candidates
-from optimizer.problem import Problem, parse_quantity
+from optimizer.problem import Problem
 from optimizer.recommend import Recommendation, colocation_per_watt, electricity_per_watt, targets_of, verify
 from optimizer.report import bill_of_materials
+from optimizer.validation import parse_quantity
 
 # axis name -> (column, unit text, +1 if a larger value relaxes the problem, -1 if it tightens it)
 AXES = {
@@ -144,7 +145,7 @@ def parse_axes(problem: Problem, catalog: Catalog, budget: str | None, deadline:
 
 def price_of(catalog: Catalog, axis: Axis, value: float) -> float:
     _, item = priced_item(catalog, axis.item or "")
-    base = item.price.usd  # type: ignore[attr-defined]
+    base = item.price.usd
     return base * (1 + value / 100) if axis.relative else value
 
 
@@ -326,7 +327,7 @@ def monotonicity_violations(result: SweepResult) -> tuple[str, ...]:
     out = []
     for k, axis in enumerate(result.axes):
         sign = AXES[axis.name][2]
-        lines: dict[tuple, list[SweepRow]] = {}
+        lines: dict[tuple[float, ...], list[SweepRow]] = {}
         for r in result.rows:
             lines.setdefault(r.values[:k] + r.values[k + 1:], []).append(r)
         for line in lines.values():

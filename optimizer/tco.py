@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from optimizer.catalog import HOURS_PER_YEAR, Catalog, Price
+from optimizer.catalog import HOURS_PER_YEAR, Catalog, Offer, Price
 from optimizer.milp import GroupCount, capex_parts, group_costs, purchase, solution_costs
 from optimizer.plans import Group
 from optimizer.recommend import Recommendation, colocation_per_watt, electricity_per_watt, targets_of
@@ -77,7 +77,7 @@ def prices_used(rec: Recommendation, catalog: Catalog) -> list[dict[str, Any]]:
     return list(rows.values())
 
 
-def _cheapest_offer(catalog: Catalog, gpu: str):
+def _cheapest_offer(catalog: Catalog, gpu: str) -> Offer | None:
     offers = [o for o in catalog.offers.values() if o.gpu == gpu and o.term == "on-demand"]
     return min(offers, key=lambda o: (o.price.usd, o.id)) if offers else None
 
@@ -103,6 +103,7 @@ def break_even(rec: Recommendation, catalog: Catalog) -> list[dict[str, Any]]:
     out = []
     for b in rec.solution.purchases:
         g = rec.table.groups[b.group]
+        offer: Offer | None
         if g.rented:  # what buying the same GPUs in the offer's server type would cost
             offer = catalog.offers[g.offer or ""]
             server = catalog.servers[g.server]

@@ -9,7 +9,7 @@ import math
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -37,7 +37,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     """YAML's safe loader, refusing a mapping that gives one key twice (PyYAML keeps the last
     silently, so a second `budget:` would quietly replace the first)."""
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)
@@ -50,7 +50,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def read_yaml(path: Path, error: type[GpuoptError], rewrite: Callable[[str], str] | None = None) -> Any:
+def read_yaml(path: Path, error: type[GpuoptError],
+              rewrite: Callable[[str], str] | None = None) -> dict[str, Any]:
     """Parse a YAML file or raise ``error`` with the file and the line of the fault; ``rewrite``
     may first turn what people type into YAML (``thousands_in_flow``)."""
     try:
@@ -238,7 +239,10 @@ def _losing_union_branch(data: Any, loc: tuple[Any, ...], kind: str) -> bool:
     return isinstance(node, dict) and loc[-1] in ("str", "int", "float", "bool")
 
 
-def validate(model: type[BaseModel], data: Any, path: Path, error: type[GpuoptError]) -> Any:
+M = TypeVar("M", bound=BaseModel)
+
+
+def validate(model: type[M], data: Any, path: Path, error: type[GpuoptError]) -> M:
     """``model.model_validate(data)`` with our message on failure."""
     try:
         return model.model_validate(data)
@@ -249,7 +253,7 @@ def validate(model: type[BaseModel], data: Any, path: Path, error: type[GpuoptEr
 _SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
 
 
-def parse_quantity(value: float | int | str) -> float:
+def parse_quantity(value: object) -> float:
     """Read 1e12, '1T', '500B', '2.5M' or '500k' as a number."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if isinstance(value, int) and abs(value) > 1e300:  # float() of a larger int overflows

@@ -44,7 +44,7 @@ def workloads_plan(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
                          days_band_90=[days / train_band.ratio(95), days / train_band.ratio(5)],
                          memory_gb_per_gpu=result.memory.total / 1e9, candidate=c.key)
         else:
-            replicas = []
+            replicas: list[dict[str, Any]] = []
             for r, n in sol.replicas:
                 if r.workload != ph.name:
                     continue

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from typing import Any
 
 from optimizer.calibration.data import THROUGHPUT, Comparison
 from optimizer.catalog import AT_BATCH, AT_MAX_LOAD, QUANTILES
@@ -77,16 +78,17 @@ def throughput(comparisons) -> list[Comparison]:
     return [c for c in comparisons if c.metric in THROUGHPUT]
 
 
-def _groups(rows: list[Comparison], fallback: dict[str, dict] | None, widening: float) -> dict[str, dict]:
+def _groups(rows: list[Comparison], fallback: dict[str, Any] | None, widening: float) -> dict[str, Any]:
     """Band per group ("calibrated", "extrapolated") of ``rows``. A group with too few sources takes
     the band of all ``rows`` together, or ``fallback``'s band of that group where ``rows`` too have
     too few sources; an extrapolated band is never narrower than the calibrated one."""
     sources = {c.source for c in rows}
     everything = ratio_quantiles(rows, widening) if rows else {q: 1.0 for q in QUANTILES}
-    out: dict[str, dict] = {}
+    out: dict[str, Any] = {}
     for group in ("calibrated", "extrapolated"):
         members = [c for c in rows if group_of(c) == group]
         own = {c.source for c in members}
+        entry: dict[str, Any]
         if len(own) >= MIN_SOURCES:
             entry = {"rows": len(members), "sources": len(own), "ratio_quantiles": ratio_quantiles(members, widening)}
         elif fallback is not None and len(sources) < MIN_SOURCES:
@@ -101,7 +103,7 @@ def _groups(rows: list[Comparison], fallback: dict[str, dict] | None, widening: 
     return out
 
 
-def bands(comparisons: list[Comparison], widening: float | None = None) -> dict[str, dict]:
+def bands(comparisons: list[Comparison], widening: float | None = None) -> dict[str, Any]:
     """Band per group ("calibrated", "extrapolated") of the throughput comparisons, and for serving
     the same per regime (``regimes``: at a batch, at maximum load), at ``widening`` (default: the
     least that covers the nominal share of sources left out, ``widening_for``)."""

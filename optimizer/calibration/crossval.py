@@ -18,7 +18,7 @@ from optimizer.calibration.data import LATENCY, Comparison, load_aliases, load_s
 from optimizer.calibration.serving import serving_cases
 from optimizer.calibration.training import training_cases
 from optimizer.catalog import Catalog
-from optimizer.perf.params import stack_arrays
+from optimizer.perf.params import Num, stack_arrays
 from optimizer.perf.serve import ServeTerms, serve_time
 from optimizer.perf.train import TrainTerms, step_time
 
@@ -47,13 +47,13 @@ class Dataset:
         if self.kind == "training":
             terms = stack_arrays([c.terms for c in self.cases], TrainTerms)
 
-            def predict_train(params) -> dict[str, np.ndarray]:
+            def predict_train(params) -> dict[str, Num]:
                 value = scale / step_time(terms, params).total
                 return dict.fromkeys(TRAIN_METRICS, value)
             return predict_train
         sterms = stack_arrays([c.terms for c in self.cases], ServeTerms)
 
-        def predict_serve(params) -> dict[str, np.ndarray]:
+        def predict_serve(params) -> dict[str, Num]:
             t = serve_time(sterms, params)
             rate = t.output_tokens_per_s * scale
             return {"output_tokens_per_s": rate,
@@ -115,7 +115,7 @@ def _sparsity(layout: fitting.Layout, observations, groups: np.ndarray | None) -
     for g in range(n_groups):
         jac[len(observations) + n_slots + g, n_slots + g] = 1
     for r, o in enumerate(observations):
-        if n_groups:
+        if groups is not None and n_groups:
             jac[r, n_slots + groups[r]] = 1
         for name in layout.params:
             jac[r, layout.hw_index[name][o.case]] = 1

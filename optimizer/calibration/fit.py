@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, fields
+from typing import Literal
 
 import numpy as np
 from scipy.optimize import least_squares
@@ -121,7 +122,7 @@ class Layout:
         return out
 
     def _stack_slots(self, name: str, p: Parameter, eff: Efficiency, contexts, uses, rows_of, default: int):
-        kind = "training" if self.kind == "training" else "serving"
+        kind: Literal["training", "serving"] = "training" if self.kind == "training" else "serving"
         counts: dict[str, set[int]] = {}
         for i, (_, _, stack) in enumerate(contexts):
             if uses[i]:

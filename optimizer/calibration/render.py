@@ -40,8 +40,8 @@ def _groups(v: Validation) -> list[tuple[str, str, list[Comparison], list[Compar
                                                   and c.regime.startswith("maximum load") is saturated]))
     for key, section in ((lambda c: c.regime, "by regime"), (regime_of, "by band"), (group_of, "by calibration"),
                          (lambda c: c.source, "by source")):
-        by_o: dict[str, list[Comparison]] = defaultdict(list)
-        by_i: dict[str, list[Comparison]] = defaultdict(list)
+        by_o: dict[str | None, list[Comparison]] = defaultdict(list)
+        by_i: dict[str | None, list[Comparison]] = defaultdict(list)
         for c in oos:
             if c.metric in THROUGHPUT:
                 by_o[key(c)].append(c)

@@ -78,8 +78,8 @@ def _load(text: str, facts: dict[str, Any], row: dict[str, str], output_len: int
         if ttft is None or tpot is None:
             return "an open-loop request rate without both TTFT and TPOT: its concurrency is unknown"
         return "rate", max(1, round(rate * (ttft + output_len * tpot) / 1000.0))
-    if n := to_int(t):
-        return "batch", n
+    if count := to_int(t):
+        return "batch", count
     if t.startswith("max load"):
         return "max", None
     if m := re.match(r"(?:max concurrency|concurrency)\s*(\d+)", t):
@@ -135,7 +135,7 @@ def _measured(row, ignore: tuple[str, ...]) -> tuple[tuple[str, float], ...]:
     return tuple(out)
 
 
-def serving_case(row: dict[str, str], catalog: Catalog, aliases: Aliases, sources) -> ServingCase | str:
+def serving_case(row: dict[str, str], catalog: Catalog, aliases: Aliases, sources) -> ServingCase | str:  # noqa: C901 (debt: split it, issue 14)
     """A row as a replica under a load, or the reason the model cannot express it."""
     found = claimed(row, sources, ("gpu_count", "tp", "pp"))
     if isinstance(found, str):
@@ -171,14 +171,15 @@ def serving_case(row: dict[str, str], catalog: Catalog, aliases: Aliases, source
     hw = catalog.hardware(place.gpu, servers[0].id, None)
     plan = ServePlan(tp=tp, pp=pp, precision=fmt.weights, kv_precision=fmt.kv, input_len=lengths[0],
                      output_len=lengths[1], batching=facts.get("batching") or assume.get("batching", "continuous"),
-                     **catalog.serve_plan_traits(place.gpu, engine_id))  # type: ignore[arg-type]
+                     **catalog.serve_plan_traits(place.gpu, engine_id))
     try:
         cap = max_batch(model := catalog.models[model_id].spec(), hw, plan)
-        batch = cap if load[0] == "max" else (load[1] if load[0] in ("batch", "rate") else min(load[1], cap))
+        kind, size = load[0], load[1] or 0  # only maximum load comes without a size
+        batch = cap if kind == "max" else (size if kind in ("batch", "rate") else min(size, cap))
         needed = sum(serve_memory(model, plan, max(batch, 1)).values())
         if cap < 1 or (load[0] in ("batch", "rate") and needed > hw.device.memory):
             return f"the model says it does not fit ({needed / 1e9:,.1f} GB per GPU of {hw.device.memory / 1e9:,.0f})"
-        burst = load[1] if load[0] == "burst" else (assume.get("requests", 0) if load[0] == "max" else 0)
+        burst = size if kind == "burst" else (assume.get("requests", 0) if kind == "max" else 0)
         plan = replace(plan, batch=batch, requests=int(burst or 0), variable_lengths=lengths[2])
         terms = serve_terms(model, hw, plan, batch)
     except ValueError as exc:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,11 +118,12 @@ def _model(row: dict[str, str], facts: dict[str, Any], catalog: Catalog, aliases
     missing = [k for k, v in shape.items() if v is None]
     if missing:
         return f"model shape incomplete ({', '.join(missing)} not given) and no preset alias"
-    kv = to_int(row["kv_heads"]) or facts.get("kv_heads") or shape["heads"]
+    kv = to_int(row["kv_heads"]) or facts.get("kv_heads") or shape["heads"] or 0
     shape["heads"] = shape["heads"] or facts.get("heads")
     mlp = facts.get("mlp") or ("swiglu" if "llama" in row["model"].lower() else "gelu")
-    return ModelSpec(name=row["model"], layers=shape["layers"], hidden=shape["hidden"], heads=shape["heads"],
-                     kv_heads=kv, ffn_hidden=shape["ffn_hidden"], vocab=shape["vocab"], seq_len=shape["seq_len"],
+    given = {k: int(v) for k, v in shape.items() if v is not None}  # every one, as checked above
+    return ModelSpec(name=row["model"], layers=given["layers"], hidden=given["hidden"], heads=given["heads"],
+                     kv_heads=int(kv), ffn_hidden=given["ffn_hidden"], vocab=given["vocab"], seq_len=given["seq_len"],
                      mlp=mlp)
 
 
@@ -173,12 +175,18 @@ def _layout(row, facts, assume, count: int | None) -> dict[str, int] | str:
     return {"gpus": count, "tp": tp, "pp": pp, "cp": cp, "dp": count // (tp * pp * cp)}
 
 
+def _leading_int(text: str) -> int | None:
+    """The whole number a cell starts with ('4 (per GPU)' -> 4), if any."""
+    m = re.match(r"\s*(\d+)", text)
+    return to_int(m.group(1)) if m else None
+
+
 def _plan(row, facts, assume, layout: dict[str, int], seq: int, aliases: Aliases,
-          traits: dict[str, Any]) -> TrainPlan | str:
+          traits: Mapping[str, Any]) -> TrainPlan | str:
     """The row's plan; what the row and its source leave open comes from the stack's traits
     (``catalog.train_plan_traits``, as an estimate or a plan on that stack gets them)."""
     mb = _get(row, facts, assume, "micro_batch", "micro_batch",
-              parse=lambda v: to_int(re.match(r"\s*(\d+)", v).group(1)) if re.match(r"\s*(\d+)", v) else None)
+              parse=_leading_int)
     gb = _global_batch(row, facts, assume, seq)
     if mb is None or gb is None:
         return "micro-batch or global batch not given"
@@ -212,7 +220,7 @@ def _measured(row, facts, source: Source, terms: TrainTerms, plan: TrainPlan, hw
             else terms.model_flops_per_token
         if metric == "tflops_per_gpu":
             return metric, value, per_gpu_tokens * flops / 1e12
-        peak = hw.device.peak(plan.precision) if source.mfu_peak == "plan" else terms.peak_16bit
+        peak = hw.device.peak_of(plan.precision) if source.mfu_peak == "plan" else terms.peak_16bit
         return metric, value * unit, per_gpu_tokens * flops / peak
     return None
 

@@ -191,6 +191,7 @@ def refit(catalog: Catalog, root: Path, check: bool = False,
         ds = load_dataset(kind, catalog)
         tell = (lambda i, source, kind=kind: progress(kind, i, source)) if progress else None
         v = cross_validate(ds, catalog, tell)
+        assert v.fit is not None and v.sensitivity is not None  # a cross-validation always fits on every row
         fits[kind] = (v.fit, ds, v.sensitivity)
         validations[kind] = v
     rows = {k: len(f[1].cases) for k, f in fits.items()}

@@ -46,7 +46,7 @@ class MemoryResult:
 
 
 def activation_bytes_per_layer(
-    m: ModelSpec, seq_len: int, micro_batch: int, tp: int, recompute: str, sequence_parallel: bool,
+    m: ModelSpec, seq_len: float, micro_batch: int, tp: int, recompute: str, sequence_parallel: bool,
     flash_attention: bool = False,
 ) -> float:
     """Activation bytes one layer keeps for the backward pass, per GPU.
@@ -106,7 +106,7 @@ def training_memory(m: ModelSpec, plan: TrainPlan, reserved: float = 0.0) -> Mem
     logits = 4.0 * s * plan.micro_batch * m.vocab / tp
     act_layer = activation_bytes_per_layer(m, s, plan.micro_batch, tp, plan.recompute, plan.sequence_parallel,
                                            plan.flash_attention)
-    in_flight = min(pp, plan.num_micro_batches)
+    in_flight: float = min(pp, plan.num_micro_batches)
     if plan.virtual_stages > 1 and pp > 1:  # interleaved 1F1B (Korthikanti et al. 2022, section 4.2.3)
         in_flight *= 1.0 + (pp - 1) / (pp * plan.virtual_stages)
     if pp == 1:

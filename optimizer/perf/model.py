@@ -144,7 +144,7 @@ def gemm_shapes(m: ModelSpec, tp: int, ep: int, rows: float) -> list[tuple[float
     return out
 
 
-def attention_flops_per_token_layer(m: ModelSpec, seq_len: int) -> float:
+def attention_flops_per_token_layer(m: ModelSpec, seq_len: float) -> float:
     """Forward FLOPs of scores and context for one token in one layer: 2·s·heads·(qk + v dims),
     i.e. 4·s·h for standard attention (no causal saving, as Narayanan et al. count)."""
     return 2.0 * seq_len * m.heads * (m.qk_head_dim + m.attn_v_dim)

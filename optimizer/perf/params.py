@@ -10,11 +10,13 @@ one call: the model's formulas use only arithmetic and ``numpy`` element-wise fu
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Union
+from typing import Any, TypeVar, Union
 
 import numpy as np
 
+T = TypeVar("T")
 Num = Union[float, np.ndarray]  # noqa: UP007 - a runtime alias: `float | ndarray` is fine too on 3.10+
 
 
@@ -58,6 +60,7 @@ class ServeParams:
     tp_overlap: Num = 0.0  # share of TP all-reduces hidden behind compute (two-batch overlap)
 
 
-def stack_arrays(records: list, cls: type) -> object:
+def stack_arrays(records: Sequence[Any], cls: type[T]) -> T:
     """One record whose fields are arrays over ``records`` (the calibration's vectorised rows)."""
-    return cls(**{f.name: np.array([getattr(r, f.name) for r in records], dtype=float) for f in fields(cls)})
+    return cls(**{f.name: np.array([getattr(r, f.name) for r in records], dtype=float)
+                  for f in fields(cls)})  # type: ignore[arg-type]  # cls is a dataclass of Num fields

@@ -136,7 +136,7 @@ class ServeTimes:
     tpot: Num
     ttft: Num
     output_tokens_per_s: Num
-    parts: dict
+    parts: dict[str, Num]
 
 
 def gemm_peak(dev: Device, plan: ServePlan) -> float:
@@ -145,7 +145,7 @@ def gemm_peak(dev: Device, plan: ServePlan) -> float:
     accumulates in FP16 (llama.cpp's cuBLAS GEMMs: CUBLAS_COMPUTE_16F)."""
     math = math_precision(dev, plan.precision)
     fast = dev.peak("fp16_acc16") if plan.fp16_accumulate and math in ("fp16", "bf16") else None
-    return fast or dev.peak(math)  # type: ignore[return-value]
+    return fast or dev.peak_of(math)
 
 
 def math_precision(dev: Device, precision: str) -> str:
@@ -189,7 +189,7 @@ def decode_weight_bytes(m: ModelSpec, precision: str, batch: float) -> float:
         return total
     experts = shape.expert_params(m) * BYTES[precision]
     touched = 1.0 - (1.0 - m.experts_active / m.experts) ** max(batch, 0.0)
-    return total - experts + experts * touched
+    return float(total - experts + experts * touched)
 
 
 def dequant_bytes(m: ModelSpec, plan: ServePlan) -> float:
@@ -287,7 +287,7 @@ def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> Serv
         prefill_comm_bw=layers * 2 * p_bw, prefill_comm_latency=layers * 2 * p_lat,
         prefill_send=(s / chunks * m.hidden * ACT_BYTES / link.effective_bw + link.latency) if plan.pp > 1 else 0.0,
         stages=float(plan.pp), peak=gemm_peak(dev, plan),
-        peak_16bit=dev.peak("bf16") or dev.peak("fp16"), mem_bw=dev.mem_bw,
+        peak_16bit=dev.peak_of("bf16", "fp16"), mem_bw=dev.mem_bw,
     )
 
 
@@ -326,7 +326,7 @@ def _burst_ttft(t: ServeTerms, prefill_batch: Num, tpot: Num, step: Num) -> Num:
     return wait + 0.5 * np.minimum(n, b) * prefill_batch / t.prefill_prompts + step
 
 
-def _decode_step(t: ServeTerms, p: ServeParams, share: Num = 1.0) -> tuple[Num, dict]:
+def _decode_step(t: ServeTerms, p: ServeParams, share: Num = 1.0) -> tuple[Num, dict[str, Num]]:
     """One decode step of ``share`` of the batch the terms were counted at (the weights are read
     whatever the batch; KV reads, FLOPs and all-reduce bytes scale with it), and its parts."""
     bw = t.mem_bw * p.mem_bw

@@ -134,6 +134,13 @@ class Device:
     def peak(self, precision: str) -> float | None:
         return dict(self.peak_flops).get(precision)
 
+    def peak_of(self, *precisions: str) -> float:
+        """Dense FLOP/s of the first of ``precisions`` the GPU has tensor cores for."""
+        for precision in precisions:
+            if found := self.peak(precision):
+                return found
+        raise ValueError(f"{self.name} has no {' or '.join(precisions)} tensor cores")
+
 
 @dataclass(frozen=True)
 class Hardware:

@@ -245,14 +245,14 @@ def train_terms(m: ModelSpec, hw: Hardware, plan: TrainPlan) -> TrainTerms:
     scores = 0.0 if plan.flash_attention else NO_FLASH_SCORE_BYTES * m.heads * s * layers / plan.tp
     comm = _micro_batch_comm(m, hw, plan, tokens_mb)
     dp_step, fsdp_mb = _data_parallel_comm(m, hw, plan)
-    peak_16 = dev.peak("bf16") or dev.peak("fp16") or dev.peak(plan.precision)
+    peak_16 = dev.peak_of("bf16", "fp16", plan.precision)
     return TrainTerms(
         micro_batches=float(plan.num_micro_batches),
         bubble_slots=(plan.pp - 1) / plan.virtual_stages,
         gemm_flops=gemm * tokens_mb, gemm_flops_per_width=per_width * tokens_mb, attention_flops=attention * tokens_mb,
         elementwise=elementwise * tokens_mb, layer_passes=float(layers),
         moe_layer_passes=float(math.ceil(m.moe_layers / plan.pp)) if m.moe else 0.0,
-        score_bytes=scores * tokens_mb, peak=dev.peak(plan.precision), peak_16bit=peak_16, mem_bw=dev.mem_bw,
+        score_bytes=scores * tokens_mb, peak=dev.peak_of(plan.precision), peak_16bit=peak_16, mem_bw=dev.mem_bw,
         tp_comm=comm["tp"], cp_comm=comm["cp"], ep_comm=comm["ep"], pp_comm=comm["pp"], fsdp_comm=fsdp_mb,
         dp_comm=dp_step, optimizer_bytes=optimizer_bytes(m, plan),
         nodes=float(max(1, math.ceil(plan.gpus / hw.gpus_per_node))),
@@ -301,9 +301,9 @@ def train_step(m: ModelSpec, hw: Hardware, plan: TrainPlan, params: TrainParams,
     parts = step_time(terms, params)
     step = float(parts.total)
     memory = training_memory(m, plan, reserved_memory)
-    tokens_per_s = terms.tokens_per_step / step
-    flops_gpu = terms.model_flops_per_token * tokens_per_s / plan.gpus
-    hw_flops_gpu = terms.hardware_flops_per_token * tokens_per_s / plan.gpus
+    tokens_per_s = float(terms.tokens_per_step) / step
+    flops_gpu = float(terms.model_flops_per_token) * tokens_per_s / plan.gpus
+    hw_flops_gpu = float(terms.hardware_flops_per_token) * tokens_per_s / plan.gpus
     return TrainResult(
         fits=memory.total <= hw.device.memory,
         memory=memory,
@@ -313,7 +313,7 @@ def train_step(m: ModelSpec, hw: Hardware, plan: TrainPlan, params: TrainParams,
         tokens_per_s=tokens_per_s,
         flops_per_gpu=flops_gpu,
         hardware_flops_per_gpu=hw_flops_gpu,
-        mfu=flops_gpu / terms.peak,
-        hfu=hw_flops_gpu / terms.peak,
+        mfu=flops_gpu / float(terms.peak),
+        hfu=hw_flops_gpu / float(terms.peak),
         breakdown=parts.items(),
     )

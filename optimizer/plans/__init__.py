@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from typing import TypedDict
 
-from optimizer.catalog import HOURS_PER_YEAR, Catalog
+from optimizer.catalog import HOURS_PER_YEAR, Catalog, Gpu
 from optimizer.perf.serve import ServePlan
 from optimizer.perf.specs import TrainPlan
 from optimizer.problem import Problem
+from optimizer.procurement import Owned
 
 
 @dataclass(frozen=True)
@@ -161,7 +164,7 @@ class PlanTable:
 
     candidates: tuple[Candidate, ...]
     groups: dict[str, Group]
-    dropped: Counter = field(default_factory=Counter)  # reason class → templates
+    dropped: Counter[str] = field(default_factory=Counter)  # reason class → templates
     gpu_reasons: dict[str, str] = field(default_factory=dict)  # gpu id → why it has no candidate
     enumerated: int = 0
     pruned: int = 0
@@ -178,7 +181,7 @@ def build_groups(problem: Problem, catalog: Catalog, gpu_id: str, role: str = "t
     return groups
 
 
-def _owned(problem: Problem, gpu_id: str, server_id: str):
+def _owned(problem: Problem, gpu_id: str, server_id: str) -> Owned | None:
     """The inventory line a group of this GPU in this server draws on: cards already in such
     servers, else loose cards of the GPU (which any server that takes them can hold)."""
     lines = [o for o in problem.inventory if o.gpu == gpu_id]
@@ -186,7 +189,7 @@ def _owned(problem: Problem, gpu_id: str, server_id: str):
 
 
 def _site_groups(problem: Problem, catalog: Catalog, gpu_id: str, role: str) -> list[Group]:
-    groups = []
+    groups: list[Group] = []
     gpu = catalog.gpus[gpu_id]
     for server in catalog.servers_for(gpu_id):
         if server.id in problem.exclude_servers:
@@ -203,32 +206,52 @@ def _site_groups(problem: Problem, catalog: Catalog, gpu_id: str, role: str) -> 
         if role == "train":
             fabrics += [f for f in server.fabrics if f not in problem.exclude_fabrics]
         for fid in fabrics:
+            network: _FabricFields = _fabric_fields(catalog, fid, problem.oversubscription) if fid is not None else {}
             groups.append(replace(
                 Group(gpu_id, server.id, fid, server.slots, server.full_only, gpu.price.usd, server.price.usd,
                       gpu.tdp_w, server.base_power_w, 0, 0.0, 0.0, 0, 0.0, 0.0, role, server.rack_units,
                       owned.count if owned else 0, owned.servers if owned else 0,
                       bool(owned and fid is not None and owned.fabric == fid), owned.pool if owned else None,
                       buy_cap=problem.buy_cap(gpu_id), owned_only=tower_barred),
-                **(_fabric_fields(catalog, fid, problem.oversubscription) if fid is not None else {})))
+                **network))
     return groups
 
 
-def _fabric_fields(catalog: Catalog, fabric_id: str, oversubscription: float) -> dict:
+class _FabricFields(TypedDict, total=False):
+    """The Group fields a fabric sets."""
+
+    ports_per_server: int
+    port_usd: float
+    port_w: float
+    switch_ports: int
+    switch_usd: float
+    switch_w: float
+    leaf_down: int
+    leaf_up: int
+    cable_usd: float
+    cable_w: float
+    uplink_usd: float
+    uplink_w: float
+
+
+def _fabric_fields(catalog: Catalog, fabric_id: str, oversubscription: float) -> _FabricFields:
     """A fabric's per-port and per-switch figures, as Group fields."""
     fabric = catalog.fabrics[fabric_id]
     ports, _ = catalog.fabric_ports(fabric)
-    out: dict = {"ports_per_server": int(ports)}
+    out: _FabricFields = {"ports_per_server": int(ports)}
     if fabric.nic is not None:
         nic = catalog.nics[fabric.nic]
-        out.update(port_usd=nic.price.usd / nic.ports, port_w=nic.power_w / nic.ports)
+        out["port_usd"], out["port_w"] = nic.price.usd / nic.ports, nic.power_w / nic.ports
     switch = catalog.switches[fabric.switch]
     down, up = leaf_split(switch.ports, oversubscription)
-    out.update(switch_ports=switch.ports, switch_usd=switch.price.usd, switch_w=switch.power_w,
-               leaf_down=down, leaf_up=up)
-    for name, cable_id in (("cable", fabric.server_cable), ("uplink", fabric.switch_cable)):
-        if cable_id is not None:
-            cable = catalog.cables[cable_id]
-            out.update({f"{name}_usd": cable.price.usd, f"{name}_w": cable.power_w})
+    out["switch_ports"], out["switch_usd"], out["switch_w"] = switch.ports, switch.price.usd, switch.power_w
+    out["leaf_down"], out["leaf_up"] = down, up
+    if fabric.server_cable is not None:  # one per server port
+        cable = catalog.cables[fabric.server_cable]
+        out["cable_usd"], out["cable_w"] = cable.price.usd, cable.power_w
+    if fabric.switch_cable is not None:  # one per leaf uplink
+        uplink = catalog.cables[fabric.switch_cable]
+        out["uplink_usd"], out["uplink_w"] = uplink.price.usd, uplink.power_w
     return out
 
 
@@ -284,7 +307,8 @@ def licence_reason(problem: Problem, catalog: Catalog, gpu_id: str) -> str | Non
     return None
 
 
-def licensed_gpus(problem: Problem, catalog: Catalog, dropped: Counter, gpu_reasons: dict[str, str]):
+def licensed_gpus(problem: Problem, catalog: Catalog, dropped: Counter[str],
+                  gpu_reasons: dict[str, str]) -> Iterator[tuple[str, Gpu]]:
     """The problem's GPUs the site may deploy (or rent), recording the licence reason for the others."""
     rentable = {catalog.offers[o].gpu for o in problem.offers}
     for gpu_id in problem.gpus:

@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
-from optimizer.catalog import Catalog
-from optimizer.perf.serve import ServePlan, batch_at_slo, max_batch, serve
+from optimizer.catalog import Catalog, Gpu
+from optimizer.perf.serve import ServePlan, ServeResult, batch_at_slo, max_batch, serve
 from optimizer.plans import (
+    Group,
     PlanTable,
     ServeCandidate,
     build_groups,
@@ -22,14 +23,14 @@ from optimizer.plans import (
     no_group_reason,
     prune_serving,
 )
-from optimizer.problem import Problem, confidence_factor, tp_fits
+from optimizer.problem import Demand, Problem, confidence_factor, tp_fits
 
 
 def _power_of_two(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-def _math_supported(gpu, precision: str) -> bool:
+def _math_supported(gpu: Gpu, precision: str) -> bool:
     """fp8 needs fp8 tensor cores and NVFP4 fp4 ones (Blackwell); MXFP4, int8 and int4 weights also
     run weight-only on 16-bit tensor cores (Marlin-style kernels), as fp16 does."""
     if precision == "fp8":
@@ -41,12 +42,12 @@ def _math_supported(gpu, precision: str) -> bool:
     return gpu.fp16_tflops is not None or gpu.bf16_tflops is not None
 
 
-def enumerate_serving(problem: Problem, catalog: Catalog) -> PlanTable:
+def enumerate_serving(problem: Problem, catalog: Catalog) -> PlanTable:  # noqa: C901 (debt: split it, issue 14)
     """Every replica type that fits and meets a class's latency limits; reasons for the rest."""
     m = problem.model
     out: list[ServeCandidate] = []
-    groups = {}
-    dropped: Counter = Counter()
+    groups: dict[str, Group] = {}
+    dropped: Counter[str] = Counter()
     gpu_reasons: dict[str, str] = {}
     tried = 0
     for gpu_id, gpu in licensed_gpus(problem, catalog, dropped, gpu_reasons):
@@ -114,7 +115,7 @@ def _note(best: dict[str, tuple[float, str]], kind: str, value: float, reason: s
         best[kind] = (value, reason)
 
 
-def _latency_reason(d, one, tp: int, pp: int, precision: str) -> str:
+def _latency_reason(d: Demand, one: ServeResult, tp: int, pp: int, precision: str) -> str:
     parts = []
     if d.tpot_s is not None and one.tpot > d.tpot_s:
         parts.append(f"TPOT {one.tpot * 1e3:,.1f} ms > {d.tpot_s * 1e3:g} ms")

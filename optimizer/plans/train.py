@@ -12,7 +12,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, replace
 
-from optimizer.catalog import Catalog
+from optimizer.catalog import Catalog, Gpu, TrainTraits
 from optimizer.perf.memory import training_memory
 from optimizer.perf.params import TrainParams
 from optimizer.perf.specs import Hardware, TrainPlan
@@ -90,7 +90,7 @@ def enumerate_plans(problem: Problem, catalog: Catalog) -> PlanTable:
     reserved = catalog.efficiency.reserved_memory
     candidates: list[Candidate] = []
     groups: dict[str, Group] = {}
-    dropped: Counter = Counter()
+    dropped: Counter[str] = Counter()
     gpu_reasons: dict[str, str] = {}
     enumerated = 0
     for gpu_id, gpu in licensed_gpus(problem, catalog, dropped, gpu_reasons):
@@ -109,9 +109,9 @@ def enumerate_plans(problem: Problem, catalog: Catalog) -> PlanTable:
             dropped["budget/power"] += 1
             continue
         before = len(candidates)
-        reason_counts: Counter = Counter()
+        reason_counts: Counter[str] = Counter()
         best_memory: tuple[float, str] | None = None
-        fit_cache: dict = {}
+        fit_cache: dict[FitKey, int | None] = {}
         factor = confidence_factor(problem, catalog, gpu_id)
         setup = Setup(catalog.train_params(gpu_id, problem.precision, problem.stack), reserved,
                       catalog.train_plan_traits(gpu_id, problem.stack))
@@ -132,7 +132,7 @@ def enumerate_plans(problem: Problem, catalog: Catalog) -> PlanTable:
                      gpu_reasons, enumerated, pruned)
 
 
-def _memory_reason(gpu, best: tuple[float, str] | None, counts: Counter) -> str:
+def _memory_reason(gpu: Gpu, best: tuple[float, str] | None, counts: Counter[str]) -> str:
     if best is not None:
         return (f"memory: needs {best[0]:,.1f} GB per GPU even at {best[1]}; has {gpu.memory_gb:,.0f} GB")
     if counts:
@@ -146,11 +146,17 @@ class Setup:
 
     params: TrainParams
     reserved: float
-    traits: dict
+    traits: TrainTraits
 
 
-def _group_candidates(problem: Problem, group: Group, hw: Hardware, setup: Setup, out: list[Candidate],
-                      reasons: Counter, fit_cache: dict, factor: float) -> tuple[int, tuple[float, str] | None]:
+# what a plan's least data-parallel degree that fits depends on: memory per GPU and the plan's shape
+# (capacity, tp, pp, cp, ep, micro-batch, recompute, ZeRO stage, dp cap)
+FitKey = tuple[float, int, int, int, int, int, str, int, int]
+
+
+def _group_candidates(problem: Problem, group: Group, hw: Hardware, setup: Setup, out: list[Candidate],  # noqa: C901 (debt: split it, issue 14)
+                      reasons: Counter[str], fit_cache: dict[FitKey, int | None],
+                      factor: float) -> tuple[int, tuple[float, str] | None]:
     """Append the group's candidates to ``out``; return (templates tried, least memory that failed)."""
     m, search = problem.model, problem.search
     capacity = hw.device.memory
@@ -203,7 +209,7 @@ def _group_candidates(problem: Problem, group: Group, hw: Hardware, setup: Setup
 
 
 def _add_bands(problem: Problem, group: Group, links: tuple[Hardware, Hardware], setup: Setup, plan: TrainPlan,
-               dp_fit: int, out: list[Candidate], reasons: Counter, factor: float = 1.0) -> None:
+               dp_fit: int, out: list[Candidate], reasons: Counter[str], factor: float = 1.0) -> None:
     """One candidate per node-count band of the plan's data-parallel range, rated at its slowest
     step (the hot path of enumeration: step time only, memory was checked by the caller)."""
     mp = plan.unit_gpus
@@ -227,7 +233,7 @@ def _add_bands(problem: Problem, group: Group, links: tuple[Hardware, Hardware],
         key = (f"{group.key}/tp{plan.tp}-pp{plan.pp}{vp}{cp}-mb{plan.micro_batch}x{plan.num_micro_batches}"
                f"-{plan.recompute}-z{plan.zero}/dp{band_lo}-{band_hi}")
         out.append(Candidate(key, group.key, worst, band_lo, band_hi,
-                             terms.tokens_per_step / band_hi / step * factor, 0.0))
+                             float(terms.tokens_per_step) / band_hi / step * factor, 0.0))
 
 
 def with_memory(c: Candidate, problem: Problem, reserved: float) -> Candidate:
