@@ -16,7 +16,7 @@ from pathlib import Path
 from optimizer.catalog import load_catalog
 from optimizer.plans import enumerate_candidates
 from optimizer.problem import load_priced
-from optimizer.sweep import Axis, loosest, run_sweep
+from optimizer.tradeoffs.sweep import Axis, loosest, run_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 

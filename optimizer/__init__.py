@@ -6,9 +6,9 @@
     print(answer.render("markdown"))
 
 The public API is ``optimizer.api``'s (see its docstring), re-exported here. Its functions
-``recommend``, ``explain``, ``sweep``, ``compare`` and ``report`` share their names with stage
-modules: ``optimizer.recommend`` and the rest are the functions, and code inside gpuopt imports
-the modules' names by their full path (``from optimizer.recommend import plan_table``).
+``recommend`` and ``report`` share their names with stage packages: ``optimizer.recommend`` is the
+function, and code inside gpuopt imports a stage's names by their full path
+(``from optimizer.recommend import plan_table``).
 """
 
 from optimizer.api import *  # noqa: F403 (the public surface, listed in optimizer.api.__all__)

@@ -22,12 +22,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from optimizer.catalog import Catalog, default_root
 from optimizer.catalog import load_catalog as _load_catalog
-from optimizer.compare import compare as _compare
 from optimizer.errors import CatalogError, GpuoptError, InfeasibleError, ProblemError, SolverError, suggest
 from optimizer.estimate import Estimate
 from optimizer.estimate import estimate_serve as _estimate_serve
 from optimizer.estimate import estimate_train as _estimate_train
-from optimizer.explain import explain as _explain
 from optimizer.milp import MilpSolution
 from optimizer.milp import solve as _solve
 from optimizer.plans import PlanTable
@@ -36,7 +34,9 @@ from optimizer.problem import load_problem as _load_problem
 from optimizer.recommend import plan_table, targets_of
 from optimizer.recommend import recommend as _recommend
 from optimizer.results import Answer, Calibration, Comparison, Explained, GpuHoursTable, Plans, Sweep
-from optimizer.sweep import default_axis, parse_axes, run_sweep
+from optimizer.tradeoffs.compare import compare as _compare
+from optimizer.tradeoffs.explain import explain as _explain
+from optimizer.tradeoffs.sweep import default_axis, parse_axes, run_sweep
 
 if TYPE_CHECKING:  # the calibration stage (scipy) loads when validate or fit is called
     from optimizer.calibration.write import Refit
@@ -219,7 +219,7 @@ def validate(kind: str = "both", cv: str = "none", rows: bool = False, data: Pat
 def gpu_hours(data: Path | str | None = None, catalog: Catalog | None = None) -> GpuHoursTable:
     """Predicted GPU-hours of published training runs beside the published totals."""
     from optimizer.calibration.data import default_data_dir
-    from optimizer.gpu_hours import gpu_hours as run
+    from optimizer.tradeoffs.gpu_hours import gpu_hours as run
 
     path = Path(data) if data is not None else default_data_dir() / "gpu_hours.csv"
     return GpuHoursTable(tuple(run(path, catalog or load_catalog())))
@@ -230,8 +230,8 @@ def report(problem: Problem, sweep_points: int = 8, workers: int = 1, backend: s
     """One self-contained HTML report: the recommendation, its bill of materials and costs, a
     trade-off sweep of ``sweep_points`` with its chart, and every GPU on its own (``gpuopt report``).
     ``stage(message)`` is told as each part starts."""
-    from optimizer.html import render_html
-    from optimizer.plots import sweep_png
+    from optimizer.tradeoffs.html import render_html
+    from optimizer.tradeoffs.plots import sweep_png
 
     _one_workload(problem, "report")
     answer = recommend(problem, backend, time_limit_s)

@@ -1,6 +1,6 @@
 """The one small exception hierarchy of gpuopt.
 
-The library raises these; only ``cli.py`` turns them into messages and exit codes
+The library raises these; only the CLI (``optimizer.cli.common.handle_errors``) turns them into messages and exit codes
 (bad input → 2, infeasible → 1).
 """
 

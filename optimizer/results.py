@@ -13,21 +13,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from optimizer.catalog import Catalog
-from optimizer.compare import GpuComparison, to_records
-from optimizer.compare import render_text as compare_text
 from optimizer.errors import ProblemError
-from optimizer.explain import Explanation
-from optimizer.explain import render_text as explain_text
-from optimizer.explain import to_json as explain_json
-from optimizer.gpu_hours import GpuHours
-from optimizer.gpu_hours import render as gpu_hours_text
 from optimizer.plans import PlanTable
 from optimizer.problem import Problem
 from optimizer.recommend import Recommendation
 from optimizer.report import render as render_summary
 from optimizer.report import summary, write_bom
-from optimizer.sweep import SweepResult, table_rows, to_csv
-from optimizer.sweep import render_text as sweep_text
+from optimizer.tradeoffs.compare import GpuComparison, to_records
+from optimizer.tradeoffs.compare import render_text as compare_text
+from optimizer.tradeoffs.explain import Explanation
+from optimizer.tradeoffs.explain import render_text as explain_text
+from optimizer.tradeoffs.explain import to_json as explain_json
+from optimizer.tradeoffs.gpu_hours import GpuHours
+from optimizer.tradeoffs.gpu_hours import render as gpu_hours_text
+from optimizer.tradeoffs.sweep import SweepResult, table_rows, to_csv
+from optimizer.tradeoffs.sweep import render_text as sweep_text
 
 if TYPE_CHECKING:  # pandas and the calibration stage (scipy) load when a frame or a validation is asked for
     import pandas as pd
@@ -148,7 +148,7 @@ class Sweep:
         return _read_csv(to_csv(self.result))
 
     def write_png(self, path: Path | str) -> None:
-        from optimizer.plots import write_png
+        from optimizer.tradeoffs.plots import write_png
 
         write_png(self.result, Path(path))
 

@@ -367,7 +367,7 @@ def test_confidence_must_be_a_calibrated_level(tiny_problem, tmp_path):
 
 def test_gpu_hours_sanity_table(catalog, tmp_path):
     """Predicted GPU-hours beside the published ones; Llama 2 (A100) within a factor 1.5."""
-    from optimizer.gpu_hours import gpu_hours
+    from optimizer.tradeoffs.gpu_hours import gpu_hours
 
     rows = (DATA / "gpu_hours.csv").read_text().splitlines()
     small = tmp_path / "llama2.csv"

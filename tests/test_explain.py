@@ -12,12 +12,12 @@ import pytest
 from click.testing import CliRunner
 
 from optimizer.cli import main
-from optimizer.compare import compare
 from optimizer.errors import InfeasibleError
-from optimizer.explain import explain
 from optimizer.perf.train import train_step
 from optimizer.problem import load_problem
 from optimizer.recommend import recommend
+from optimizer.tradeoffs.compare import compare
+from optimizer.tradeoffs.explain import explain
 from tests.conftest import ROOT, TINY
 
 MIN_TIME = TINY.replace("objective: min_cost\ndeadline_days: 30", "objective: min_time\nbudget: {usd: 300k}")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from optimizer import gpu_names
+from optimizer.catalog import gpu_names
 from optimizer.cli import main
 from optimizer.validation import thousands_in_flow
 

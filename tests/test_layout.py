@@ -17,18 +17,18 @@ MAX_FUNCTION_LINES = 60
 # perf imports nothing of gpuopt (test_cli.test_perf_is_pure), so it sits under the catalog that
 # names its records; the API sits on every stage, and the CLI only on the API.
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("base", ("errors", "validation", "gpu_names")),
+    ("base", ("errors", "validation")),
     ("perf", ("perf",)),
-    ("catalog", ("stacks", "catalog")),
-    ("problem", ("problem", "procurement")),
+    ("catalog", ("catalog",)),
+    ("problem", ("problem",)),
     ("calibration", ("calibration",)),
-    ("plans", ("plans", "portfolio")),
-    ("milp", ("costs", "milp")),
+    ("plans", ("plans",)),
+    ("milp", ("milp",)),
     ("recommend", ("recommend", "estimate")),
-    ("report", ("owned", "tco", "workloads_report", "report")),
-    ("tradeoffs", ("sweep", "explain", "compare", "gpu_hours", "plots", "html")),
+    ("report", ("report",)),
+    ("tradeoffs", ("tradeoffs",)),
     ("api", ("api", "results")),
-    ("cli", ("cli", "cli_common", "cli_tradeoffs", "cli_calibrate")),
+    ("cli", ("cli",)),
 )
 
 # Debt: modules over MAX_MODULE_LINES and functions over MAX_FUNCTION_LINES today, at most this long.
@@ -39,7 +39,7 @@ LONG_MODULES: dict[str, int] = {
     "plans": 446,
     "problem": 728,
     "report": 556,
-    "sweep": 441,
+    "tradeoffs.sweep": 441,
 }
 LONG_FUNCTIONS: dict[str, int] = {
     "calibration.serving.serving_case": 64,

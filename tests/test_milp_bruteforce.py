@@ -11,7 +11,7 @@ import pytest
 from optimizer.milp import Status, Targets, purchase, solution_costs, solve
 from optimizer.perf.specs import TrainPlan
 from optimizer.plans import Candidate, Group, PlanTable, leaf_split
-from optimizer.procurement import RackLimits
+from optimizer.problem.procurement import RackLimits
 
 
 def _procurement(g: Group, ext: random.Random) -> Group:

@@ -18,7 +18,7 @@ from optimizer.plans import enumerate_candidates
 from optimizer.problem import load_priced, load_problem, problem_from_data
 from optimizer.recommend import recommend
 from optimizer.report import summary
-from optimizer.tco import cost_terms
+from optimizer.report.tco import cost_terms
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEMS = ROOT / "problems"

@@ -14,7 +14,7 @@ from optimizer.cli import main
 from optimizer.errors import ProblemError
 from optimizer.problem import load_problem
 from optimizer.recommend import recommend
-from optimizer.sweep import (
+from optimizer.tradeoffs.sweep import (
     Axis,
     SweepRow,
     loosest,
@@ -91,7 +91,7 @@ def test_a_violation_is_detected(tmp_path, catalog):
     axes = [Axis("budget", (1e5, 2e5))]
     rows = (SweepRow(0, (1e5,), "optimal", objective=1000.0, days=10.0, capex=9e4),
             SweepRow(1, (2e5,), "optimal", objective=900.0, days=11.0, capex=1.5e5))
-    from optimizer.sweep import SweepResult
+    from optimizer.tradeoffs.sweep import SweepResult
 
     result = mark_pareto(SweepResult(p, axes, rows, 1, ()))
     assert [r.pareto for r in result.rows] == [True, False]

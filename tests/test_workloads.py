@@ -14,7 +14,7 @@ from optimizer.cli import main
 from optimizer.milp import Status, Targets, least_purchases, solution_costs, solve
 from optimizer.perf.specs import TrainPlan
 from optimizer.plans import Candidate, Group, PlanTable
-from optimizer.portfolio import overlaps
+from optimizer.plans.portfolio import overlaps
 from optimizer.problem import Phase, load_priced
 from optimizer.recommend import plan_table, recommend
 from optimizer.report import render, summary

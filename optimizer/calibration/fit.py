@@ -29,8 +29,8 @@ from typing import Literal
 import numpy as np
 from scipy.optimize import least_squares
 
+from optimizer.catalog.stacks import Efficiency, Parameter
 from optimizer.perf.params import ServeParams, TrainParams
-from optimizer.stacks import Efficiency, Parameter
 
 MIN_ROWS = 3  # rows a specific value needs behind it
 SHRINK = float(os.environ.get("GPUOPT_SHRINK", 0.1))  # λ: pull of a specific value toward its parent

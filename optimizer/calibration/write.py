@@ -17,7 +17,7 @@ from optimizer.calibration.bands import bands
 from optimizer.calibration.crossval import Dataset, Validation
 from optimizer.calibration.fit import FitResult
 from optimizer.catalog import Catalog
-from optimizer.stacks import EfficiencyFile
+from optimizer.catalog.stacks import EfficiencyFile
 
 EFFICIENCY_HEADER = """\
 # Efficiency parameters of the performance model (optimizer/perf/params.py), fitted by `gpuopt fit`

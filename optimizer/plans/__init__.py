@@ -17,7 +17,7 @@ from optimizer.catalog import HOURS_PER_YEAR, Catalog, Gpu
 from optimizer.perf.serve import ServePlan
 from optimizer.perf.specs import TrainPlan
 from optimizer.problem import Problem
-from optimizer.procurement import Owned
+from optimizer.problem.procurement import Owned
 
 
 @dataclass(frozen=True)

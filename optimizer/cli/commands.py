@@ -1,10 +1,4 @@
-"""The ``gpuopt`` command: thin click commands over the stages.
-
-Every command calls the Python API (``optimizer.api``, ``import optimizer as go``) and prints what
-it returns. Exceptions become messages and exit codes only in ``cli_common.handle_errors``, which every
-command here and in ``cli_tradeoffs`` wears: 0 success, 1 infeasible, 2 bad input (and solver
-failures).
-"""
+"""`gpuopt solve`, `estimate`, `gpu-hours` and `catalog`: thin click commands over the Python API."""
 
 from __future__ import annotations
 
@@ -14,7 +8,7 @@ from pathlib import Path
 import click
 
 from optimizer import api as go
-from optimizer.cli_common import catalog_option, handle_errors, price_option
+from optimizer.cli.common import catalog_option, handle_errors, price_option
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -261,11 +255,3 @@ def catalog_validate(catalog_dir: Path | None) -> None:
                f"{len(cat.regions)} export regions.")
     if assumed:
         click.echo(f"GPU prices that are assumptions (get a quote): {', '.join(assumed)}")
-
-
-# the trade-off and calibration commands live in their own modules
-from optimizer.cli_calibrate import fit_cmd, validate_cmd  # noqa: E402
-from optimizer.cli_tradeoffs import compare, explain, report_cmd, sweep  # noqa: E402
-
-for command in (sweep, explain, compare, report_cmd, validate_cmd, fit_cmd):
-    main.add_command(command)

@@ -1,4 +1,4 @@
-"""The trade-off commands: ``sweep``, ``explain``, ``compare`` and ``report`` (thin, like cli.py)."""
+"""The trade-off commands: ``sweep``, ``explain``, ``compare`` and ``report`` (thin, like cli.commands)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from optimizer import api as go
-from optimizer.cli_common import catalog_option, handle_errors, price_option
+from optimizer.cli.common import catalog_option, handle_errors, price_option
 
 solver_option = click.option("--solver", type=click.Choice(["ortools", "pulp"]), default=None,
                              help="MIP backend (default: the problem's solver.backend).")

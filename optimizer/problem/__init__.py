@@ -26,11 +26,11 @@ from pydantic import (
     model_validator,
 )
 
-from optimizer import gpu_names
-from optimizer.catalog import AT_BATCH, AT_MAX_LOAD, Catalog
+from optimizer.catalog import AT_BATCH, AT_MAX_LOAD, Catalog, gpu_names
+from optimizer.catalog.stacks import Kind
 from optimizer.errors import CatalogError, ProblemError, suggest
 from optimizer.perf.specs import ModelSpec
-from optimizer.procurement import (
+from optimizer.problem.procurement import (
     Owned,
     OwnedEntry,
     PriceEntry,
@@ -42,7 +42,6 @@ from optimizer.procurement import (
     parse_cli_price,
     resolve_procurement,
 )
-from optimizer.stacks import Kind
 from optimizer.validation import parse_quantity, read_yaml, short_repr, thousands_in_flow, validate
 
 if TYPE_CHECKING:

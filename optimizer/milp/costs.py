@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, replace
 
 from optimizer.plans import Candidate, Group, PlanTable
-from optimizer.procurement import RackLimits
+from optimizer.problem.procurement import RackLimits
 
 
 @dataclass(frozen=True)

@@ -18,11 +18,11 @@ from typing import Any
 from optimizer.catalog import Band, Catalog, Price
 from optimizer.errors import ProblemError
 from optimizer.milp import fabric_links, rent_cost
-from optimizer.owned import owned_account, owned_lines
 from optimizer.problem import answer_regime
 from optimizer.recommend import HOURS_PER_YEAR, Recommendation, targets_of
-from optimizer.tco import break_even, break_even_lines, cost_lines, cost_terms, price_lines, prices_used
-from optimizer.workloads_report import predicted_capacity, workloads_plan, workloads_text
+from optimizer.report.owned import owned_account, owned_lines
+from optimizer.report.tco import break_even, break_even_lines, cost_lines, cost_terms, price_lines, prices_used
+from optimizer.report.workloads import predicted_capacity, workloads_plan, workloads_text
 
 BOM_COLUMNS = ("category", "sku", "description", "quantity", "unit_price_usd", "extended_price_usd",
                "unit_power_w", "power_w", "source")

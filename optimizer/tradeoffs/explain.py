@@ -14,7 +14,7 @@ from optimizer.catalog import Catalog
 from optimizer.plans import PlanTable, enumerate_candidates, restrict
 from optimizer.problem import Problem
 from optimizer.recommend import Repair, repairs
-from optimizer.sweep import SweepRow, solve_point
+from optimizer.tradeoffs.sweep import SweepRow, solve_point
 
 STEP = 0.10  # each limit is relaxed by 10 % to price it
 

@@ -71,7 +71,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from optimizer.costs import (  # re-exported (see __all__): the closed forms the MIP is checked against
+from optimizer.errors import SolverError
+from optimizer.milp.costs import (  # re-exported (see __all__): the closed forms the MIP is checked against
     Costs,
     GroupCount,
     Targets,
@@ -86,12 +87,11 @@ from optimizer.costs import (  # re-exported (see __all__): the closed forms the
     rent_cost,
     solution_costs,
 )
-from optimizer.errors import SolverError
 from optimizer.plans import Candidate, Group, PlanTable, ServeCandidate
 
 __all__ = [
     "BACKENDS", "ORTOOLS_ENGINE", "MilpSolution", "Status", "replica_bound", "solve",
-    # re-exported from optimizer.costs
+    # re-exported from optimizer.milp.costs
     "Costs", "GroupCount", "Targets", "capex_parts", "fabric_links", "group_costs", "job_gpu_hours",
     "least_purchases", "network_switches", "purchase", "racks_needed", "rent_cost", "solution_costs",
 ]

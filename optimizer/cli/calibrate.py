@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from optimizer import api as go
-from optimizer.cli_common import catalog_option, handle_errors
+from optimizer.cli.common import catalog_option, handle_errors
 
 
 def _progress() -> Callable[[str, int, str], None] | None:

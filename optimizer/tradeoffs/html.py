@@ -10,9 +10,9 @@ import base64
 from html import escape
 from typing import Any
 
-from optimizer.explain import STEP, Explanation, relaxation_lines
 from optimizer.report import acquire
-from optimizer.sweep import SweepResult
+from optimizer.tradeoffs.explain import STEP, Explanation, relaxation_lines
+from optimizer.tradeoffs.sweep import SweepResult
 
 CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:2em auto;max-width:1100px;

@@ -16,7 +16,7 @@ from optimizer.milp import MilpSolution, Status, Targets, least_purchases, solut
 from optimizer.perf.serve import ServeResult, serve
 from optimizer.perf.train import TrainResult, train_step
 from optimizer.plans import Candidate, PlanTable, ServeCandidate, enumerate_candidates
-from optimizer.portfolio import enumerate_portfolio, gpus_needed, overlaps
+from optimizer.plans.portfolio import enumerate_portfolio, gpus_needed, overlaps
 from optimizer.problem import Problem, confidence_factor
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from optimizer.sweep import COST_CATEGORIES, SweepResult, SweepRow
+from optimizer.tradeoffs.sweep import COST_CATEGORIES, SweepResult, SweepRow
 
 COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22", "#17becf")

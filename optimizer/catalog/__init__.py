@@ -17,11 +17,11 @@ from typing import Any, Literal, Protocol, TypedDict, TypeVar, get_args, overloa
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from optimizer.catalog.stacks import Efficiency, Engine, Kind, Resolved, TrainStack, load_efficiency
 from optimizer.errors import CatalogError, suggest
 from optimizer.perf.params import ServeParams, TrainParams
 from optimizer.perf.serve import SERVE_PRECISIONS, math_precision
 from optimizer.perf.specs import PRECISIONS, Device, Hardware, Link, ModelSpec
-from optimizer.stacks import Efficiency, Engine, Kind, Resolved, TrainStack, load_efficiency
 from optimizer.validation import read_yaml, validate
 
 SCHEMA_VERSION = 1
@@ -586,7 +586,7 @@ def _bus_gbs(bus_id: str) -> float:
 def default_root() -> Path:
     """``$GPUOPT_CATALOGS`` or the ``catalogs/`` folder beside the package."""
     env = os.environ.get("GPUOPT_CATALOGS")
-    return Path(env) if env else Path(__file__).resolve().parent.parent / "catalogs"
+    return Path(env) if env else Path(__file__).resolve().parent.parent.parent / "catalogs"
 
 
 R = TypeVar("R", bound=Record)

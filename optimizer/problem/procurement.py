@@ -20,7 +20,7 @@ from optimizer.catalog import Catalog, priced_item, with_price
 from optimizer.errors import CatalogError, ProblemError, suggest
 from optimizer.validation import parse_quantity
 
-if TYPE_CHECKING:  # problem.py imports this module
+if TYPE_CHECKING:  # the problem package imports this module
     from optimizer.problem import ProblemFile
 
 
