@@ -1,0 +1,134 @@
+"""The two MIP backends behind one small modelling interface, so the formulation is written once:
+OR-Tools' linear-solver wrapper (HiGHS) and PuLP (CBC)."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from optimizer.errors import SolverError
+from optimizer.milp.solution import Status
+
+BACKENDS = ("ortools", "pulp")
+ORTOOLS_ENGINE = "HIGHS"  # OR-Tools' linear-solver wrapper around HiGHS; "SCIP" also works, but
+# on the shipped problems its tie-breaking pass ran 5-15x slower (benchmarks/solve_times.py)
+
+
+@contextlib.contextmanager
+def _quiet_stdout() -> Iterator[None]:
+    """HiGHS prints a banner from C++ straight to file descriptor 1, past SuppressOutput();
+    park fd 1 on /dev/null while it solves so `--format json` stays clean."""
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError):  # no real fd 1 (e.g. captured by a test runner)
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
+
+
+class Model:
+    """The few modelling calls both backends need, so the formulation is written once."""
+
+    def __init__(self, backend: str) -> None:
+        self.backend = backend
+        if backend == "ortools":
+            from ortools.linear_solver import pywraplp
+
+            self._pywraplp = pywraplp
+            self.m = pywraplp.Solver.CreateSolver(ORTOOLS_ENGINE)
+            if self.m is None:
+                raise SolverError(f"OR-Tools was built without {ORTOOLS_ENGINE}. "
+                                  "To fix: pip install --force-reinstall ortools.")
+            self.m.SuppressOutput()
+        elif backend == "pulp":
+            import pulp
+
+            self._pulp = pulp
+            self.m = pulp.LpProblem("gpuopt", pulp.LpMinimize)
+        else:
+            raise SolverError(f"unknown solver backend '{backend}'. To fix: use one of {', '.join(BACKENDS)}.")
+        self.n_vars = 0
+        self.n_cons = 0
+
+    def int_var(self, lb: float, ub: float, name: str) -> Any:
+        self.n_vars += 1
+        if self.backend == "ortools":
+            return self.m.IntVar(lb, ub, name)
+        return self._pulp.LpVariable(name, lb, ub, cat="Integer")
+
+    def bool_var(self, name: str) -> Any:
+        return self.int_var(0, 1, name)
+
+    def total(self, terms: list[Any]) -> Any:
+        if self.backend == "ortools":
+            return self.m.Sum(terms) if terms else 0
+        return self._pulp.lpSum(terms)
+
+    def add(self, constraint: Any, name: str) -> None:
+        self.n_cons += 1
+        if self.backend == "ortools":
+            self.m.Add(constraint, name)
+        else:
+            self.m += constraint, name
+
+    def set_objective(self, expr: Any, maximize: bool) -> None:
+        if self.backend == "ortools":
+            (self.m.Maximize if maximize else self.m.Minimize)(expr)
+        else:
+            self.m.sense = self._pulp.LpMaximize if maximize else self._pulp.LpMinimize
+            self.m.setObjective(expr)
+
+    def solve(self, time_limit_s: float, mip_gap: float) -> tuple[Status, float | None, float | None]:
+        """(status, objective, best bound)."""
+        if self.backend == "ortools":
+            self.m.SetTimeLimit(int(max(1.0, time_limit_s) * 1000))
+            params = self._pywraplp.MPSolverParameters()
+            params.SetDoubleParam(params.RELATIVE_MIP_GAP, mip_gap)
+            with _quiet_stdout():
+                code = self.m.Solve(params)
+            S = self._pywraplp.Solver
+            if code == S.OPTIMAL:
+                status = Status.OPTIMAL
+            elif code == S.FEASIBLE:
+                status = Status.FEASIBLE
+            elif code == S.INFEASIBLE:
+                return Status.INFEASIBLE, None, None
+            elif code == S.NOT_SOLVED:
+                return Status.NO_SOLUTION, None, None
+            else:
+                raise SolverError(f"{ORTOOLS_ENGINE} stopped with result code {code} (unbounded or abnormal).")
+            return status, self.m.Objective().Value(), self.m.Objective().BestBound()
+        pulp = self._pulp
+        solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, int(math.ceil(time_limit_s))),
+                                   gapRel=mip_gap, threads=1)
+        self.m.solve(solver)
+        if self.m.status == pulp.LpStatusInfeasible:
+            return Status.INFEASIBLE, None, None
+        if self.m.sol_status == pulp.LpSolutionOptimal:
+            status = Status.OPTIMAL
+        elif self.m.sol_status == pulp.LpSolutionIntegerFeasible:
+            status = Status.FEASIBLE
+        elif self.m.status == pulp.LpStatusNotSolved or self.m.sol_status == pulp.LpSolutionNoSolutionFound:
+            return Status.NO_SOLUTION, None, None
+        else:
+            raise SolverError(f"CBC stopped with status {pulp.LpStatus[self.m.status]}.")
+        value = pulp.value(self.m.objective)
+        return status, value, None
+
+    def value(self, var: Any) -> float:
+        if self.backend == "ortools":
+            solved: float = var.solution_value()
+            return solved
+        return var.value() or 0.0
