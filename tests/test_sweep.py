@@ -46,7 +46,7 @@ def test_parse_values():
 
 
 def _q(text: str) -> float:
-    from optimizer.problem import parse_quantity
+    from optimizer.validation import parse_quantity
 
     return parse_quantity(text)
 

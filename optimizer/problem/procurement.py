@@ -20,8 +20,8 @@ from optimizer.catalog import Catalog, priced_item, with_price
 from optimizer.errors import CatalogError, ProblemError, suggest
 from optimizer.validation import parse_quantity
 
-if TYPE_CHECKING:  # the problem package imports this module
-    from optimizer.problem import ProblemFile
+if TYPE_CHECKING:  # the schema imports this module
+    from optimizer.problem.schema import ProblemFile
 
 
 class _Strict(BaseModel):

@@ -1,0 +1,333 @@
+"""A problem file (or mapping) → ``Problem``: catalog ids and GPU names resolved, models looked up,
+search grids checked against the model, prices applied, several workloads put in their windows."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from optimizer.catalog import AT_BATCH, AT_MAX_LOAD, Catalog, gpu_names
+from optimizer.catalog.stacks import Kind
+from optimizer.errors import CatalogError, ProblemError, suggest
+from optimizer.perf.specs import ModelSpec
+from optimizer.problem.procurement import (
+    apply_prices,
+    parse_cli_price,
+    resolve_procurement,
+)
+from optimizer.problem.schema import (
+    SCHEMA_VERSION,
+    GlobalBatch,
+    InlineModel,
+    ProblemFile,
+    ServeWorkload,
+    TrainPhase,
+)
+from optimizer.validation import read_yaml, short_repr, thousands_in_flow, validate
+
+if TYPE_CHECKING:
+    pass
+
+
+
+from optimizer.problem.model import Demand, Phase, Problem
+
+
+def _gpu_ids(data: dict[str, Any], catalog: Catalog, path: Path) -> dict[str, Any]:
+    """``data`` with the GPUs of hardware.allow_gpus / exclude_gpus / max_units and inventory
+    written as people say them ("H100 SXM", "4090", "MI300X") turned into catalog ids; a name
+    that could be several GPUs is an error that lists them. Names matching nothing are left for
+    the id checks (unknown id, with close matches)."""
+    def one(text: object, field: str) -> object:
+        if not isinstance(text, str) or text in catalog.gpus or text in catalog.servers:
+            return text
+        found = gpu_names.resolve(text, catalog.gpus)
+        if isinstance(found, str):
+            return found
+        if len(found) > 1:
+            raise ProblemError(f"{path}: field '{field}': '{text}' could be any of {', '.join(found)}. "
+                               "To fix: name the one you mean (or list each you allow).")
+        return text
+
+    out = dict(data)
+    hw = data.get("hardware")
+    if isinstance(hw, dict):
+        hw = dict(hw)
+        for key in ("allow_gpus", "exclude_gpus"):
+            if isinstance(hw.get(key), list):
+                hw[key] = [one(g, f"hardware.{key}[{i}]") for i, g in enumerate(hw[key])]
+        if isinstance(hw.get("max_units"), dict):
+            hw["max_units"] = {one(k, f"hardware.max_units.{k}"): v for k, v in hw["max_units"].items()}
+        out["hardware"] = hw
+    if isinstance(data.get("inventory"), list):
+        out["inventory"] = [{**e, "gpu": one(e.get("gpu"), f"inventory[{i}].gpu")} if isinstance(e, dict) else e
+                            for i, e in enumerate(data["inventory"])]
+    return out
+
+
+def _check_ids(path: Path, field: str, ids: tuple[str, ...], table: Mapping[str, object]) -> None:
+    for ident in ids:
+        if ident not in table:
+            raise ProblemError(f"{path}: field '{field}': unknown id '{ident}'.{suggest(ident, table)}"
+                               f" To fix: use one of {', '.join(sorted(table))}.")
+
+
+def tp_fits(model: ModelSpec, tp: int, serving: bool = False) -> bool:
+    """Whether TP can shard the model's attention: it divides the attention heads and, for
+    training, it divides the KV heads or is a multiple of them (each KV head then replicated)."""
+    if model.heads % tp:
+        return False
+    return serving or not (model.kv_heads % tp and tp % model.kv_heads)
+
+
+def _tp_misfit(model: ModelSpec, tp: int) -> str:
+    """Why no plan of ``model`` can use TP ``tp`` (for a message)."""
+    if model.heads % tp:
+        return f"TP {tp} does not divide the {model.heads} attention heads of {model.name}"
+    return (f"TP {tp} neither divides the {model.kv_heads} KV heads of {model.name} nor is a multiple of them "
+            "(training shards or replicates whole KV heads)")
+
+
+def _check_tp(path: Path, data: dict[str, Any], workloads: list[tuple[ModelSpec, bool]]) -> None:
+    """Reject a TP value the problem's own search grid lists that no workload's model can use
+    (``workloads``: each workload's model and whether it is served). The default grid is left
+    to the planner, which skips what does not fit."""
+    given = (data.get("search") or {}).get("tp") or ()
+    for i, tp in enumerate(given):
+        if any(tp_fits(model, tp, serving) for model, serving in workloads):
+            continue
+        fits = sorted({t for m, s in workloads for t in range(1, m.heads + 1) if tp_fits(m, t, s)})
+        raise ProblemError(f"{path}: field 'search.tp[{i}]': {_tp_misfit(workloads[0][0], tp)}, so no plan can "
+                           f"use it. To fix: drop it, or use TP values that fit ({', '.join(map(str, fits))}).")
+
+
+def resolve_model(ref: str | InlineModel, catalog: Catalog, path: Path, field: str = "workload.model") -> ModelSpec:
+    """A preset id, a YAML file with the shape keys, or an inline shape → ModelSpec."""
+    if isinstance(ref, InlineModel):
+        return ref.spec()
+    if ref in catalog.models:
+        return catalog.models[ref].spec()
+    file = Path(ref) if Path(ref).is_absolute() else path.parent / ref
+    if ref.endswith((".yaml", ".yml")) and file.exists():
+        data = read_yaml(file, ProblemError)
+        return validate(InlineModel, data, file, ProblemError).spec()
+    raise ProblemError(f"{path}: field '{field}': unknown model '{ref}'.{suggest(ref, catalog.models)}"
+                       f" To fix: use a preset ({', '.join(sorted(catalog.models))}), a path to a YAML"
+                       " file with the shape keys, or spell the shape out (layers, hidden, heads,"
+                       " kv_heads, ffn_hidden, vocab, seq_len, mlp).")
+
+
+def load_problem(path: Path | str, catalog: Catalog) -> Problem:
+    """Read and validate a problem file against ``catalog``."""
+    path = Path(path)
+    return problem_from_data(read_yaml(path, ProblemError, thousands_in_flow), path, catalog)
+
+
+def load_priced(path: Path | str, catalog: Catalog, cli_prices: tuple[str, ...] = ()) -> tuple[Problem, Catalog]:
+    """The problem and the catalog at its prices (see ``with_prices``)."""
+    problem = with_prices(load_problem(path, catalog), catalog, cli_prices)
+    assert problem.catalog is not None
+    return problem, problem.catalog
+
+
+def with_prices(problem: Problem, catalog: Catalog, cli_prices: tuple[str, ...] = ()) -> Problem:
+    """The problem carrying the catalog at its prices: the problem file's price book, then any
+    ``--price ID=VALUE`` from the command line (which wins). The problem keeps the list, so the
+    output can say which prices it used."""
+    book = {p.item: p for p in problem.prices}
+    for spec in cli_prices:
+        override = parse_cli_price(spec, catalog)
+        book[override.item] = override
+    prices = tuple(book[k] for k in sorted(book))
+    return replace(problem, prices=prices, catalog=apply_prices(catalog, prices))
+
+
+def problem_from_data(data: dict[str, Any], path: Path, catalog: Catalog, check_grid: bool = True) -> Problem:
+    """Validate a problem given as a mapping (as read from YAML); ``path`` names it in messages.
+    ``check_grid``: reject search-grid TP values the model cannot use (off for the workloads of a
+    problem with several, whose grid is checked against all their models at once)."""
+    data = _gpu_ids(data, catalog, path)
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise ProblemError(f"{path}: schema_version is {short_repr(data.get('schema_version'))}; this gpuopt reads "
+                           f"{SCHEMA_VERSION}. To fix: add 'schema_version: 1' at the top.")
+    spec: ProblemFile = validate(ProblemFile, data, path, ProblemError)
+    if spec.workloads:
+        return _several(data, spec, path, catalog)
+    w = spec.workload
+    if w is None:
+        raise ProblemError(f"{path}: no 'workload'. To fix: add a workload (kind: train or serve), or a list "
+                           "'workloads' of several, each with a name and a time window.")
+    model = resolve_model(w.model, catalog, path)
+    serving = isinstance(w, ServeWorkload)
+    if check_grid:
+        _check_tp(path, data, [(model, serving)])
+    seq_len = model.seq_len if isinstance(w, ServeWorkload) else (w.seq_len or model.seq_len)
+    tokens = 0.0 if isinstance(w, ServeWorkload) else float(w.tokens)
+
+    if serving and spec.objective != "min_cost":
+        raise ProblemError(f"{path}: field 'objective': a serving workload is planned at minimum cost for its "
+                           "demand. To fix: use objective: min_cost (the demand is in workload.classes).")
+    if spec.objective == "min_cost" and spec.deadline_days is None and not serving:
+        raise ProblemError(f"{path}: objective min_cost needs 'deadline_days'. To fix: add deadline_days: 30,"
+                           " or use objective: min_time with a budget.")
+    if spec.objective == "min_time" and spec.budget is None and spec.site.power_cap_kw is None:
+        raise ProblemError(f"{path}: objective min_time needs a 'budget' (or at least a power cap), or the "
+                           "fastest cluster is unbounded. To fix: add budget: {usd: 500000}.")
+    budget = float(spec.budget.usd) if spec.budget else None
+
+    gb = GlobalBatch(max_seqs=1) if isinstance(w, ServeWorkload) else w.global_batch
+    max_seqs = gb.max_seqs
+    if max_seqs is None:
+        max_tokens = float(gb.max_tokens) if gb.max_tokens is not None else 4e6
+        max_seqs = max(1, int(max_tokens // seq_len))
+    if gb.min_seqs > max_seqs:
+        raise ProblemError(f"{path}: field 'workload.global_batch': min_seqs {gb.min_seqs} exceeds max_seqs "
+                           f"{max_seqs}. To fix: lower min_seqs or raise max_seqs.")
+
+    hw = spec.hardware
+    _check_ids(path, "hardware.allow_gpus", hw.allow_gpus or (), catalog.gpus)
+    _check_ids(path, "hardware.exclude_gpus", hw.exclude_gpus, catalog.gpus)
+    _check_ids(path, "hardware.exclude_servers", hw.exclude_servers, catalog.servers)
+    _check_ids(path, "hardware.exclude_fabrics", hw.exclude_fabrics, catalog.fabrics)
+    # by default every purchasable GPU; entries kept for calibration only (purchasable: false) when listed
+    allowed = hw.allow_gpus if hw.allow_gpus is not None else tuple(g for g, gpu in catalog.gpus.items()
+                                                                     if gpu.purchasable)
+    gpus = tuple(g for g in allowed if g not in hw.exclude_gpus)
+    if not gpus:
+        raise ProblemError(f"{path}: field 'hardware': the allow and exclude lists leave no GPU. "
+                           "To fix: allow at least one GPU.")
+
+    extra = resolve_procurement(path, spec, gpus, catalog)
+    fac = catalog.facility
+    pue = spec.site.pue or (fac.pue.datacenter.value if spec.site.datacenter else fac.pue.other.value)
+    return Problem(
+        name=spec.name,
+        path=path,
+        description=spec.description,
+        model=model,
+        model_id=w.model if isinstance(w.model, str) else model.name,
+        tokens=tokens,
+        precision="bf16" if isinstance(w, ServeWorkload) else w.precision,
+        seq_len=seq_len,
+        min_global_batch=gb.min_seqs,
+        max_global_batch=max_seqs,
+        objective=spec.objective,
+        deadline_s=spec.deadline_days * 86400.0 if spec.deadline_days else None,
+        budget_usd=budget,
+        budget_covers=spec.budget.covers if spec.budget else "capex",
+        datacenter=spec.site.datacenter,
+        allow_workstations=(spec.site.allow_workstations if spec.site.allow_workstations is not None
+                            else not spec.site.datacenter),
+        power_cap_w=spec.site.power_cap_kw * 1e3 if spec.site.power_cap_kw else None,
+        electricity_usd_per_kwh=spec.site.electricity_usd_per_kwh or fac.electricity_usd_per_kwh.value,
+        pue=pue,
+        horizon_years=spec.cost.horizon_years or fac.amortisation_years.value,
+        load_factor=fac.load_factor.value,
+        exclude_servers=hw.exclude_servers,
+        exclude_fabrics=hw.exclude_fabrics,
+        max_gpus=hw.max_gpus,
+        search=spec.search,
+        solver=spec.solver,
+        kind="serve" if serving else "train",
+        demands=tuple(Demand(c.name, c.input_len, c.output_len, c.demand,
+                             c.ttft_ms / 1e3 if c.ttft_ms else None, c.tpot_ms / 1e3 if c.tpot_ms else None)
+                      for c in w.classes) if isinstance(w, ServeWorkload) else (),
+        serve_precisions=tuple(dict.fromkeys(w.precisions)) if isinstance(w, ServeWorkload) else (),
+        kv_precision=w.kv_precision if isinstance(w, ServeWorkload) else "fp16",
+        stack=(_stack(path, catalog, "serving", w.engine) if isinstance(w, ServeWorkload)
+               else _stack(path, catalog, "training", w.stack)),
+        confidence=spec.confidence,
+        oversubscription=spec.network.oversubscription,
+        **extra,
+    )
+
+
+def _stack(path: Path, catalog: Catalog, kind: Kind, ident: str | None) -> str | None:
+    """A stack or engine named by id or alias, as its id (bad names name the file and field)."""
+    if ident is None:
+        return None
+    field = "workload.stack" if kind == "training" else "workload.engine"
+    try:
+        return catalog.efficiency.stack(kind, ident).id
+    except CatalogError as exc:
+        raise ProblemError(f"{path}: field '{field}': {exc}") from None
+
+
+def serve_regime(demand: Demand) -> str:
+    """The band regime a request class is planned in: at a batch where a latency limit caps the
+    batch, at maximum load (the most sequences that fit) where none does."""
+    return AT_BATCH if demand.ttft_s is not None or demand.tpot_s is not None else AT_MAX_LOAD
+
+
+def answer_regime(demands: tuple[Demand, ...] | list[Demand]) -> str | None:
+    """The band regime of a serving answer: at maximum load where any class is planned so (its band
+    is the wider), at a batch where every class has a latency limit; None without classes."""
+    regimes = {serve_regime(d) for d in demands}
+    return AT_MAX_LOAD if AT_MAX_LOAD in regimes else (AT_BATCH if regimes else None)
+
+
+def confidence_factor(problem: Problem, catalog: Catalog, gpu_id: str, precision: str | None = None,
+                      demand: Demand | None = None) -> float:
+    """What a GPU's predicted rates are multiplied by to plan at the problem's confidence: the
+    (100 - confidence)th percentile of measured / predicted over the out-of-source rows, from the
+    wider band where the GPU's efficiency values (at ``precision``, default the problem's) are
+    borrowed from another family or stack, and for a serving ``demand`` the band of its regime."""
+    if problem.confidence is None:
+        return 1.0
+    band = catalog.band_for(problem.kind, problem.stack, (gpu_id, precision or problem.precision),
+                            regime=serve_regime(demand) if demand is not None else None)
+    return band.ratio(100 - problem.confidence)
+
+
+PHASE_FIELDS = {"name", "start_days", "deadline_days", "end_days"}
+
+
+def _several(data: dict[str, Any], spec: ProblemFile, path: Path, catalog: Catalog) -> Problem:
+    """A problem with several workloads: each becomes a problem of its own (the shared site,
+    hardware, prices and solver, its deadline or horizon the length of its window), and the
+    whole a ``Problem`` of kind "multi" holding them as phases."""
+    def bad(field: str, what: str, fix: str) -> ProblemError:
+        return ProblemError(f"{path}: field '{field}': {what}. To fix: {fix}.")
+
+    if spec.workload is not None:
+        raise bad("workload", "give either 'workload' or 'workloads', not both", "move it into the list 'workloads'")
+    if spec.objective != "min_cost":
+        raise bad("objective", "several workloads are planned at minimum cost, each by its own deadline",
+                  "use objective: min_cost")
+    if spec.deadline_days is not None:
+        raise bad("deadline_days", "with several workloads each training workload has its own deadline",
+                  "give deadline_days in each entry of 'workloads' instead")
+    names = [w.name for w in spec.workloads]
+    if len(set(names)) != len(names):
+        raise bad("workloads", f"names must be unique, got {names}", "give each workload its own name")
+    horizon_years = spec.cost.horizon_years or catalog.facility.amortisation_years.value
+    horizon_days = horizon_years * 365.25
+    phases = []
+    for i, w in enumerate(spec.workloads):
+        train = isinstance(w, TrainPhase)
+        end = w.deadline_days if isinstance(w, TrainPhase) else (w.end_days or horizon_days)
+        where = f"workloads[{i}] ({w.name})"
+        if end <= w.start_days:
+            raise bad(where, f"it starts on day {w.start_days:g} and ends on day {end:g}",
+                      "make deadline_days (or end_days) later than start_days")
+        if end > horizon_days * (1 + 1e-9):
+            raise bad(where, f"it ends on day {end:g}, after the {horizon_years:g}-year horizon "
+                      f"({horizon_days:,.0f} days)", "end it sooner or raise cost.horizon_years")
+        sub = {k: v for k, v in data.items() if k not in ("workloads", "name")}
+        sub.update(name=f"{spec.name}/{w.name}", objective="min_cost",
+                   workload=w.model_dump(mode="json", exclude=PHASE_FIELDS, exclude_none=True))
+        if train:
+            sub["deadline_days"] = end - w.start_days
+        else:
+            sub["cost"] = {**(data.get("cost") or {}), "horizon_years": (end - w.start_days) / 365.25}
+        try:
+            alone = problem_from_data(sub, path, catalog, check_grid=False)
+        except ProblemError as exc:  # name the entry: its fields are checked as the workload of its own problem
+            raise ProblemError(str(exc).replace("field 'workload.", f"field '{where}.")) from exc
+        phases.append(Phase(w.name, "train" if train else "serve", alone, w.start_days * 86400.0, end * 86400.0))
+    _check_tp(path, data, [(ph.problem.model, ph.kind == "serve") for ph in phases])
+    first = phases[0].problem
+    return replace(first, name=spec.name, description=spec.description, kind="multi", tokens=0.0,
+                   deadline_s=None, demands=(), horizon_years=horizon_years, phases=tuple(phases))
