@@ -35,14 +35,13 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
 LONG_MODULES: dict[str, int] = {
     "perf.serve": 424,
     "plans": 446,
-    "report": 556,
     "tradeoffs.sweep": 441,
 }
 LONG_FUNCTIONS: dict[str, int] = {
     "calibration.serving.serving_case": 64,
     "plans.serve.enumerate_serving": 66,
     "problem.resolve.problem_from_data": 98,
-    "report.bill_of_materials": 73,
+    "report.bom.bill_of_materials": 73,
     "report.summary": 66,
 }
 
