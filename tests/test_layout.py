@@ -42,7 +42,6 @@ LONG_FUNCTIONS: dict[str, int] = {
     "plans.serve.enumerate_serving": 66,
     "problem.resolve.problem_from_data": 98,
     "report.bom.bill_of_materials": 73,
-    "report.summary": 66,
 }
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from optimizer.catalog import Band, Catalog
 from optimizer.milp import fabric_links
-from optimizer.problem import answer_regime
+from optimizer.problem import Problem, answer_regime
 from optimizer.recommend import HOURS_PER_YEAR, Recommendation
 from optimizer.report.bom import BOM_COLUMNS, BomRow, _src, assumptions_used, bill_of_materials, write_bom
 from optimizer.report.owned import owned_account
@@ -46,39 +46,9 @@ def summary(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
     cost = {**cost_terms(rec, catalog), "prices_as_of": catalog.prices_as_of}
     band, borrowed = _answer_band(rec, catalog)
     low, high = band.ratio(5), band.ratio(95)
-    if p.phases:
-        plan = workloads_plan(rec, catalog)
-        sense = "minimise TCO (USD)"
-    elif p.kind == "serve":
-        plan = _serving_plan(rec)
-        for cls in plan["classes"]:
-            cls["capacity_band_90"] = [cls["predicted_output_tokens_per_s"] * low,
-                                       cls["predicted_output_tokens_per_s"] * high]
-        seconds = p.horizon_years * HOURS_PER_YEAR * 3600
-        cost["usd_per_million_output_tokens"] = cost["tco_usd"] / (p.total_demand * seconds) * 1e6
-        cost["output_tokens_per_usd"] = p.total_demand * seconds / cost["tco_usd"]
-        sense = "minimise TCO (USD)"
-    else:
-        plan = _training_plan(rec)
-        plan["tokens_per_s_band_90"] = [plan["tokens_per_s"] * low, plan["tokens_per_s"] * high]
-        plan["days_band_90"] = [plan["days"] / high, plan["days"] / low]
-        if p.confidence:
-            plan["planned_days"] = plan["days"] / band.ratio(100 - p.confidence)
-        cost["training_energy_usd"] = (cost["it_power_kw"] * p.load_factor * p.pue * rec.days * 24
-                                       * p.electricity_usd_per_kwh)
-        sense = "maximise tokens/s" if p.objective == "min_time" else "minimise TCO (USD)"
+    plan, sense = _plan(rec, catalog, cost, band)
     return {
-        "problem": {"name": p.name, "file": str(p.path), "kind": p.kind, "objective": p.objective,
-                    "confidence": p.confidence,
-                    "model": p.model_id, "tokens": p.tokens,
-                    "deadline_days": p.deadline_s / 86400 if p.deadline_s else None,
-                    "budget_usd": p.budget_usd, "budget_covers": p.budget_covers,
-                    "power_cap_kw": p.power_cap_w / 1e3 if p.power_cap_w else None, "datacenter": p.datacenter,
-                    "allow_workstations": p.allow_workstations,
-                    "demands": [{"name": d.name, "input_len": d.input_len, "output_len": d.output_len,
-                                 "output_tokens_per_s": d.output_tokens_per_s,
-                                 "ttft_ms": d.ttft_s * 1e3 if d.ttft_s else None,
-                                 "tpot_ms": d.tpot_s * 1e3 if d.tpot_s else None} for d in p.demands]},
+        "problem": _problem_record(p),
         "status": sol.status.value,
         "objective": {"sense": sense, "value": sol.objective},
         "gap": sol.gap,
@@ -91,12 +61,7 @@ def summary(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
         # towers, desktops and consumer rigs in the answer: flagged, as a data centre would not take them
         "workstations": sorted({rec.table.groups[b.group].server for b in rec.solution.purchases
                                 if catalog.servers[rec.table.groups[b.group].server].workstation}),
-        "solver": {"backend": sol.backend, "status": sol.status.value, "gap": sol.gap,
-                   "time_limit_s": p.solver.time_limit_s,
-                   "variables": sol.variables, "constraints": sol.constraints,
-                   "candidates": len(rec.table.candidates) + len(rec.table.serving),
-                   "templates_tried": rec.table.enumerated,
-                   "pruned_as_dominated": rec.table.pruned, "dropped": dict(sorted(rec.table.dropped.items()))},
+        "solver": _solver_record(rec),
         "uncertainty": {"rows": band.rows, "source": band.source, "extrapolated": borrowed,
                         "ratio_5": low, "ratio_95": high,
                         "confidence": p.confidence,
@@ -105,6 +70,58 @@ def summary(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
         "assumptions": assumptions_used(rec, catalog),
         "excluded_gpus": dict(sorted(rec.table.gpu_reasons.items())),
     }
+
+
+def _plan(rec: Recommendation, catalog: Catalog, cost: dict[str, Any], band: Band) -> tuple[dict[str, Any], str]:
+    """The plan section with its 90 % band, and the objective's sense; adds the workload's own cost
+    figures to ``cost`` (per million output tokens served, or the training run's energy)."""
+    p = rec.problem
+    low, high = band.ratio(5), band.ratio(95)
+    if p.phases:
+        return workloads_plan(rec, catalog), "minimise TCO (USD)"
+    if p.kind == "serve":
+        plan = _serving_plan(rec)
+        for cls in plan["classes"]:
+            cls["capacity_band_90"] = [cls["predicted_output_tokens_per_s"] * low,
+                                       cls["predicted_output_tokens_per_s"] * high]
+        seconds = p.horizon_years * HOURS_PER_YEAR * 3600
+        cost["usd_per_million_output_tokens"] = cost["tco_usd"] / (p.total_demand * seconds) * 1e6
+        cost["output_tokens_per_usd"] = p.total_demand * seconds / cost["tco_usd"]
+        return plan, "minimise TCO (USD)"
+    plan = _training_plan(rec)
+    plan["tokens_per_s_band_90"] = [plan["tokens_per_s"] * low, plan["tokens_per_s"] * high]
+    plan["days_band_90"] = [plan["days"] / high, plan["days"] / low]
+    if p.confidence:
+        plan["planned_days"] = plan["days"] / band.ratio(100 - p.confidence)
+    cost["training_energy_usd"] = (cost["it_power_kw"] * p.load_factor * p.pue * rec.days * 24
+                                   * p.electricity_usd_per_kwh)
+    return plan, "maximise tokens/s" if p.objective == "min_time" else "minimise TCO (USD)"
+
+
+def _problem_record(p: Problem) -> dict[str, Any]:
+    """The problem as the report states it: what was asked, in days, kW and milliseconds."""
+    return {"name": p.name, "file": str(p.path), "kind": p.kind, "objective": p.objective,
+            "confidence": p.confidence,
+            "model": p.model_id, "tokens": p.tokens,
+            "deadline_days": p.deadline_s / 86400 if p.deadline_s else None,
+            "budget_usd": p.budget_usd, "budget_covers": p.budget_covers,
+            "power_cap_kw": p.power_cap_w / 1e3 if p.power_cap_w else None, "datacenter": p.datacenter,
+            "allow_workstations": p.allow_workstations,
+            "demands": [{"name": d.name, "input_len": d.input_len, "output_len": d.output_len,
+                         "output_tokens_per_s": d.output_tokens_per_s,
+                         "ttft_ms": d.ttft_s * 1e3 if d.ttft_s else None,
+                         "tpot_ms": d.tpot_s * 1e3 if d.tpot_s else None} for d in p.demands]}
+
+
+def _solver_record(rec: Recommendation) -> dict[str, Any]:
+    """How the MIP was solved and how many plans it chose from."""
+    sol, table = rec.solution, rec.table
+    return {"backend": sol.backend, "status": sol.status.value, "gap": sol.gap,
+            "time_limit_s": rec.problem.solver.time_limit_s,
+            "variables": sol.variables, "constraints": sol.constraints,
+            "candidates": len(table.candidates) + len(table.serving),
+            "templates_tried": table.enumerated,
+            "pruned_as_dominated": table.pruned, "dropped": dict(sorted(table.dropped.items()))}
 
 
 def _training_plan(rec: Recommendation) -> dict[str, Any]:
