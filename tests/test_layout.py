@@ -41,7 +41,6 @@ LONG_FUNCTIONS: dict[str, int] = {
     "calibration.serving.serving_case": 64,
     "plans.serve.enumerate_serving": 66,
     "problem.resolve.problem_from_data": 98,
-    "report.bom.bill_of_materials": 73,
 }
 
 

@@ -14,7 +14,9 @@ from typing import Any
 
 from optimizer.catalog import Catalog, Price
 from optimizer.errors import ProblemError
-from optimizer.milp import fabric_links, rent_cost
+from optimizer.milp import GroupCount, fabric_links, rent_cost
+from optimizer.plans import Group
+from optimizer.problem import Problem
 from optimizer.recommend import Recommendation, targets_of
 
 BOM_COLUMNS = ("category", "sku", "description", "quantity", "unit_price_usd", "extended_price_usd",
@@ -52,79 +54,104 @@ def _src(price: Price) -> str:
     return f"{text} [{price.date}]"
 
 
-def bill_of_materials(rec: Recommendation, catalog: Catalog) -> list[BomRow]:  # noqa: C901 (debt: split it, issue 14)
+def bill_of_materials(rec: Recommendation, catalog: Catalog) -> list[BomRow]:
     """One row per item bought for every hardware group: GPUs, server platforms, NICs, switches,
     installation and racks; owned parts at $0 (they draw power); rentals at their cost."""
     rows: list[BomRow] = []
-    p = rec.problem
     for bought in rec.solution.purchases:
         g = rec.table.groups[bought.group]
-        gpu, server = catalog.gpus[g.gpu], catalog.servers[g.server]
         if g.rented:
-            offer = catalog.offers[g.offer or ""]
-            job = next((c for c, _ in rec.solution.plans if c.group == g.key), None)
-            tokens = targets_of(p).job_tokens(job.workload) if job else p.tokens
-            usd = rent_cost(g, bought.gpus, tokens, job) / bought.gpus
-            billed = (f"{g.rent_hours:,.0f} h ({offer.term})" if g.rent_hours
-                      else f"{usd / offer.price.usd:,.1f} h of the job (on demand)")
-            rows.append(BomRow("rent", offer.id, f"{offer.provider} {offer.name}: ${offer.price.usd:g}/GPU-hour x "
-                               f"{billed}", bought.gpus, usd, 0.0, _src(offer.price)))
+            rows.append(_rented_row(rec, catalog, g, bought))
             continue
-        owned = " (owned)"
-        if bought.owned_gpus:
-            rows.append(BomRow("owned", gpu.id, gpu.name + owned, bought.owned_gpus, 0.0, gpu.tdp_w, "inventory"))
-        if bought.gpus > bought.owned_gpus:
-            rows.append(BomRow("gpu", gpu.id, gpu.name, bought.gpus - bought.owned_gpus, gpu.price.usd, gpu.tdp_w,
-                               _src(gpu.price)))
-        platform = server.name + " (platform, without GPUs)"
-        if bought.owned_servers:
-            rows.append(BomRow("owned", server.id, platform + owned, bought.owned_servers, 0.0, server.base_power_w,
-                               "inventory"))
-        new_servers = bought.servers - bought.owned_servers
-        if new_servers:
-            rows.append(BomRow("server", server.id, platform, new_servers, server.price.usd, server.base_power_w,
-                               _src(server.price)))
-            if p.installation_usd_per_server:
-                rows.append(BomRow("install", server.id, "installation per server (problem file)", new_servers,
-                                   p.installation_usd_per_server, 0.0, "problem file site.installation_usd_per_server"))
-        if g.fabric is None:
-            continue
-        fabric = catalog.fabrics[g.fabric]
-        switch = catalog.switches[fabric.switch]
-        owned_nics = bought.owned_servers if g.owned_nics else 0
-        if fabric.nic is not None:
-            nic = catalog.nics[fabric.nic]
-            each = f"{nic.name}, {fabric.nics_per_server} per server"
-            if owned_nics:
-                rows.append(BomRow("owned", nic.id, each + owned, owned_nics * fabric.nics_per_server, 0.0,
-                                   nic.power_w, "inventory"))
-            rows.append(BomRow("nic", nic.id, each, (bought.servers - owned_nics) * fabric.nics_per_server,
-                               nic.price.usd, nic.power_w, _src(nic.price)))
-        links, uplinks = fabric_links(g, bought)
-        owned_links = owned_nics * g.ports_per_server
-        for cable_id, count, where, category in (
-                (fabric.server_cable, owned_links, "server to leaf" + owned, "owned"),
-                (fabric.server_cable, links - owned_links, "server to leaf", "cable"),
-                (fabric.switch_cable, uplinks, "leaf to spine", "cable")):
-            if cable_id is not None and count:
-                cable = catalog.cables[cable_id]
-                rows.append(BomRow(category, cable.id, f"{cable.name} ({where})", count,
-                                   0.0 if category == "owned" else cable.price.usd, cable.power_w,
-                                   "inventory" if category == "owned" else _src(cable.price)))
-        switches = bought.leaf_switches + bought.spine_switches
-        tier = ("one switch" if bought.spine_switches == 0
-                else f"{bought.leaf_switches} leaf + {bought.spine_switches} spine; each leaf {g.leaf_down} ports "
-                     f"down, {g.leaf_up} up, {g.oversubscription:.3g}:1")
-        rows.append(BomRow("switch", switch.id, f"{switch.name} ({tier})", switches, switch.price.usd,
-                           switch.power_w, _src(switch.price)))
-    costs = rec.solution.costs
-    if p.racks is not None and costs is not None and costs.new_racks:
-        facts = catalog.facility.racks
-        price = Price(usd=p.racks.usd, date=facts.usd.date or "", source=facts.usd.source,
-                      assumption=facts.usd.assumption)
-        rows.append(BomRow("rack", "rack", f"{p.racks.units}U rack for {p.racks.kw / 1e3:g} kW",
-                           costs.new_racks, p.racks.usd, 0.0, _src(price)))
+        rows += _server_rows(rec.problem, catalog, g, bought)
+        if g.fabric is not None:
+            rows += _fabric_rows(catalog, g, bought)
+    rows += _rack_rows(rec, catalog)
     return [r for r in rows if r.quantity > 0]
+
+
+def _rented_row(rec: Recommendation, catalog: Catalog, g: Group, bought: GroupCount) -> BomRow:
+    """A rented group: its GPU-hours at the offer's rate (a term's hours, or the job's on demand)."""
+    offer = catalog.offers[g.offer or ""]
+    job = next((c for c, _ in rec.solution.plans if c.group == g.key), None)
+    tokens = targets_of(rec.problem).job_tokens(job.workload) if job else rec.problem.tokens
+    usd = rent_cost(g, bought.gpus, tokens, job) / bought.gpus
+    billed = (f"{g.rent_hours:,.0f} h ({offer.term})" if g.rent_hours
+              else f"{usd / offer.price.usd:,.1f} h of the job (on demand)")
+    return BomRow("rent", offer.id, f"{offer.provider} {offer.name}: ${offer.price.usd:g}/GPU-hour x {billed}",
+                  bought.gpus, usd, 0.0, _src(offer.price))
+
+
+def _server_rows(p: Problem, catalog: Catalog, g: Group, bought: GroupCount) -> list[BomRow]:
+    """GPUs and server platforms, owned first at $0, then bought, and their installation."""
+    gpu, server = catalog.gpus[g.gpu], catalog.servers[g.server]
+    owned = " (owned)"
+    rows = []
+    if bought.owned_gpus:
+        rows.append(BomRow("owned", gpu.id, gpu.name + owned, bought.owned_gpus, 0.0, gpu.tdp_w, "inventory"))
+    if bought.gpus > bought.owned_gpus:
+        rows.append(BomRow("gpu", gpu.id, gpu.name, bought.gpus - bought.owned_gpus, gpu.price.usd, gpu.tdp_w,
+                           _src(gpu.price)))
+    platform = server.name + " (platform, without GPUs)"
+    if bought.owned_servers:
+        rows.append(BomRow("owned", server.id, platform + owned, bought.owned_servers, 0.0, server.base_power_w,
+                           "inventory"))
+    new_servers = bought.servers - bought.owned_servers
+    if new_servers:
+        rows.append(BomRow("server", server.id, platform, new_servers, server.price.usd, server.base_power_w,
+                           _src(server.price)))
+        if p.installation_usd_per_server:
+            rows.append(BomRow("install", server.id, "installation per server (problem file)", new_servers,
+                               p.installation_usd_per_server, 0.0, "problem file site.installation_usd_per_server"))
+    return rows
+
+
+def _fabric_rows(catalog: Catalog, g: Group, bought: GroupCount) -> list[BomRow]:
+    """The fabric of a group: NICs, server and uplink cables (owned ones at $0), and switches."""
+    assert g.fabric is not None
+    fabric = catalog.fabrics[g.fabric]
+    switch = catalog.switches[fabric.switch]
+    owned = " (owned)"
+    owned_nics = bought.owned_servers if g.owned_nics else 0
+    rows = []
+    if fabric.nic is not None:
+        nic = catalog.nics[fabric.nic]
+        each = f"{nic.name}, {fabric.nics_per_server} per server"
+        if owned_nics:
+            rows.append(BomRow("owned", nic.id, each + owned, owned_nics * fabric.nics_per_server, 0.0,
+                               nic.power_w, "inventory"))
+        rows.append(BomRow("nic", nic.id, each, (bought.servers - owned_nics) * fabric.nics_per_server,
+                           nic.price.usd, nic.power_w, _src(nic.price)))
+    links, uplinks = fabric_links(g, bought)
+    owned_links = owned_nics * g.ports_per_server
+    for cable_id, count, where, category in (
+            (fabric.server_cable, owned_links, "server to leaf" + owned, "owned"),
+            (fabric.server_cable, links - owned_links, "server to leaf", "cable"),
+            (fabric.switch_cable, uplinks, "leaf to spine", "cable")):
+        if cable_id is not None and count:
+            cable = catalog.cables[cable_id]
+            rows.append(BomRow(category, cable.id, f"{cable.name} ({where})", count,
+                               0.0 if category == "owned" else cable.price.usd, cable.power_w,
+                               "inventory" if category == "owned" else _src(cable.price)))
+    switches = bought.leaf_switches + bought.spine_switches
+    tier = ("one switch" if bought.spine_switches == 0
+            else f"{bought.leaf_switches} leaf + {bought.spine_switches} spine; each leaf {g.leaf_down} ports "
+                 f"down, {g.leaf_up} up, {g.oversubscription:.3g}:1")
+    rows.append(BomRow("switch", switch.id, f"{switch.name} ({tier})", switches, switch.price.usd,
+                       switch.power_w, _src(switch.price)))
+    return rows
+
+
+def _rack_rows(rec: Recommendation, catalog: Catalog) -> list[BomRow]:
+    """New racks, where the problem models racks and the site has to buy them."""
+    p, costs = rec.problem, rec.solution.costs
+    if p.racks is None or costs is None or not costs.new_racks:
+        return []
+    facts = catalog.facility.racks
+    price = Price(usd=p.racks.usd, date=facts.usd.date or "", source=facts.usd.source,
+                  assumption=facts.usd.assumption)
+    return [BomRow("rack", "rack", f"{p.racks.units}U rack for {p.racks.kw / 1e3:g} kW",
+                   costs.new_racks, p.racks.usd, 0.0, _src(price))]
 
 
 def assumptions_used(rec: Recommendation, catalog: Catalog) -> list[str]:  # noqa: C901 (debt: split it, issue 14)
