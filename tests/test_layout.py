@@ -34,7 +34,6 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
 # Debt: modules over MAX_MODULE_LINES and functions over MAX_FUNCTION_LINES today, at most this long.
 LONG_MODULES: dict[str, int] = {
     "perf.serve": 424,
-    "plans": 446,
     "tradeoffs.sweep": 441,
 }
 LONG_FUNCTIONS: dict[str, int] = {

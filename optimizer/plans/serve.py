@@ -12,17 +12,8 @@ from dataclasses import replace
 
 from optimizer.catalog import Catalog, Gpu
 from optimizer.perf.serve import ServePlan, ServeResult, batch_at_slo, max_batch, serve
-from optimizer.plans import (
-    Group,
-    PlanTable,
-    ServeCandidate,
-    build_groups,
-    group_affordable,
-    group_reason,
-    licensed_gpus,
-    no_group_reason,
-    prune_serving,
-)
+from optimizer.plans.groups import Group, build_groups, group_affordable, group_reason, licensed_gpus, no_group_reason
+from optimizer.plans.table import PlanTable, ServeCandidate, prune_serving
 from optimizer.problem import Demand, Problem, confidence_factor, tp_fits
 
 

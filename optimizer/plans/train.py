@@ -17,18 +17,16 @@ from optimizer.perf.memory import training_memory
 from optimizer.perf.params import TrainParams
 from optimizer.perf.specs import Hardware, TrainPlan
 from optimizer.perf.train import step_time, train_terms
-from optimizer.plans import (
-    Candidate,
+from optimizer.plans.groups import (
     Group,
-    PlanTable,
     build_groups,
     group_affordable,
     group_reason,
     licensed_gpus,
     max_gpus,
     no_group_reason,
-    prune_dominated,
 )
+from optimizer.plans.table import Candidate, PlanTable, prune_dominated
 from optimizer.problem import Problem, confidence_factor, tp_fits
 
 NODE_BANDS = (2, 8, 32, 128, 512, 2048, 8192, 32768)
