@@ -15,6 +15,7 @@ the same way the command line does. Errors are ``go.GpuoptError`` and its subcla
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -29,8 +30,7 @@ from optimizer.estimate import estimate_train as _estimate_train
 from optimizer.milp import MilpSolution
 from optimizer.milp import solve as _solve
 from optimizer.plans import PlanTable
-from optimizer.problem import Problem, problem_from_data, with_prices
-from optimizer.problem import load_problem as _load_problem
+from optimizer.problem import Problem, load_priced, problem_from_data, with_prices
 from optimizer.recommend import plan_table, targets_of
 from optimizer.recommend import recommend as _recommend
 from optimizer.results import Answer, Calibration, Comparison, Explained, GpuHoursTable, Plans, Sweep
@@ -77,8 +77,7 @@ def catalog_entry(catalog: Catalog, ident: str) -> tuple[str, dict[str, Any]]:
 def load_problem(path: Path | str, catalog: Catalog | None = None, prices: Iterable[str] = ()) -> Problem:
     """Read and validate a problem file. The result carries the catalog at its prices: the file's
     price book, then ``prices`` (``"ID=VALUE"`` as ``--price`` takes them), which win."""
-    base = catalog if catalog is not None else load_catalog()
-    return with_prices(_load_problem(path, base), base, tuple(prices))
+    return load_priced(path, catalog if catalog is not None else load_catalog(), tuple(prices))[0]
 
 
 def problem_from_dict(data: dict[str, Any], catalog: Catalog | None = None, prices: Iterable[str] = (),
@@ -109,7 +108,7 @@ def solve(problem: Problem, plans: Plans | None = None, backend: str | None = No
     callers want ``recommend``."""
     table = plans.table if plans is not None else plan(problem).table
     return _solve(table, targets_of(problem), backend or problem.solver.backend,
-                      time_limit_s or problem.solver.time_limit_s, problem.solver.mip_gap)
+                  time_limit_s or problem.solver.time_limit_s, problem.solver.mip_gap)
 
 
 def recommend(problem: Problem, backend: str | None = None, time_limit_s: float | None = None,
@@ -162,23 +161,20 @@ def sweep(problem: Problem, budget: str | Iterable[float] | None = None, deadlin
     _one_workload(problem, "sweep")
     catalog = _priced(problem)
     axes = parse_axes(problem, catalog, _axis_text(budget), _axis_text(deadline), _axis_text(tokens),
-                                  _axis_text(power), _axis_text(demand), tuple(prices))
-    points = 1
-    for a in axes:
-        points *= len(a.values)
+                      _axis_text(power), _axis_text(demand), tuple(prices))
+    points = math.prod(len(a.values) for a in axes)
     if points > 10_000:
         raise ProblemError(f"the grid has {points:,} points. To fix: use fewer values per axis (at most 10,000 "
                            "points in all).")
     return Sweep(run_sweep(problem, catalog, axes, backend or problem.solver.backend,
-                                       time_limit_s or problem.solver.time_limit_s, workers, progress))
+                           time_limit_s or problem.solver.time_limit_s, workers, progress))
 
 
 def compare(model: str, workload: str = "both", gpus: int = 64, input_len: int = 512, output_len: int = 256,
             tpot_ms: float | None = None, catalog: Catalog | None = None) -> Comparison:
     """Every GPU side by side for one model: training tokens/s per GPU and per dollar, serving
     output tokens per dollar, and the least GPUs that hold the model (``gpuopt compare``)."""
-    problem, rows = _compare(catalog or load_catalog(), model, workload, gpus, input_len, output_len,
-                                          tpot_ms)
+    problem, rows = _compare(catalog or load_catalog(), model, workload, gpus, input_len, output_len, tpot_ms)
     return Comparison(problem, tuple(rows), workload, gpus, input_len, output_len)
 
 
@@ -193,8 +189,7 @@ def estimate_serve(model: str, gpu: str, gpus: int, input_len: int, output_len: 
                    catalog: Catalog | None = None, **options: Any) -> Estimate:
     """One serving group through the performance model (``gpuopt estimate serve``). ``options``:
     tp, pp, precision, engine, kv_precision, batch, concurrency, server."""
-    return _estimate_serve(catalog or load_catalog(), model, gpu, gpus, input_len, output_len,
-                                         **options)
+    return _estimate_serve(catalog or load_catalog(), model, gpu, gpus, input_len, output_len, **options)
 
 
 def validate(kind: str = "both", cv: str = "none", rows: bool = False, data: Path | str | None = None,
@@ -204,6 +199,9 @@ def validate(kind: str = "both", cv: str = "none", rows: bool = False, data: Pat
     predicts each source with a fit that never saw it. ``progress(kind, k, source)`` is told of each."""
     from optimizer.calibration import crossval
 
+    if kind not in ("training", "serving", "both") or cv not in ("none", "source"):
+        raise ProblemError(f"validate(kind={kind!r}, cv={cv!r}): kind is 'training', 'serving' or 'both'; "
+                           "cv is 'none' or 'source'.")
     cat = catalog or load_catalog()
     results = []
     for k in (("training", "serving") if kind == "both" else (kind,)):
@@ -237,15 +235,14 @@ def report(problem: Problem, sweep_points: int = 8, workers: int = 1, backend: s
     answer = recommend(problem, backend, time_limit_s)
     if stage:
         stage("solved; explaining every GPU type")
-    catalog = _priced(problem)
+    catalog = answer.catalog
     explanation = _explain(problem, catalog, backend, time_limit_s, answer.recommendation.table)
     result = png = None
     if sweep_points:
         if stage:
             stage(f"sweeping {sweep_points} points")
-        result = run_sweep(problem, catalog, [default_axis(problem, sweep_points)],
-                                       backend or problem.solver.backend,
-                                       time_limit_s or problem.solver.time_limit_s, workers)
+        result = run_sweep(problem, catalog, [default_axis(problem, sweep_points)], backend or problem.solver.backend,
+                           time_limit_s or problem.solver.time_limit_s, workers)
         png = sweep_png(result)
     return render_html(answer.to_dict(), result, png, explanation)
 

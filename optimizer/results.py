@@ -172,8 +172,8 @@ class Comparison:
         _formats(fmt, ("text", "json"), "a comparison")
         if fmt == "json":
             return _json(self.to_dict())
-        return compare_text(self.problem, list(self.rows), self.workload, self.gpus,
-                                         self.input_len, self.output_len)
+        return compare_text(self.problem, list(self.rows), self.workload, self.gpus, self.input_len,
+                            self.output_len)
 
     def to_frame(self) -> pd.DataFrame:
         return _normalize(self.to_dict()["gpus"])

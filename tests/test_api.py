@@ -109,6 +109,13 @@ def test_tables_come_as_frames(at_root, catalog):
     assert len(checks) > 300 and {"measured", "predicted_in_sample", "source"} <= set(checks.columns)
 
 
+def test_validate_names_its_choices_on_a_wrong_argument(catalog):
+    with pytest.raises(go.ProblemError, match="kind is 'training', 'serving' or 'both'"):
+        go.validate("trainig", catalog=catalog)
+    with pytest.raises(go.ProblemError, match="cv is 'none' or 'source'"):
+        go.validate(cv="sources", catalog=catalog)
+
+
 def test_a_result_refuses_a_format_it_has_no_rendering_for(at_root, catalog):
     grid = go.sweep(go.load_problem("problems/llama2_70b_serving.yaml", catalog), demand="5k")
     with pytest.raises(go.ProblemError, match="text, csv, json"):
