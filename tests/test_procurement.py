@@ -118,11 +118,15 @@ def test_owned_gpus_are_used_before_buying(catalog):
     assert cost["maintenance_usd"] > rec.solution.capex * 0.06 * 3
 
 
-def test_owned_hardware_is_accounted_for(catalog):
+def test_owned_hardware_is_accounted_for(catalog, tmp_path):
     """Every inventory line says how many owned GPUs the answer uses; idle ones say why, in numbers:
     running them (cards, and the owned towers left empty) over the horizon, and what they alone
-    would serve, at $0 capex."""
-    rec = _solve(_data("owned_inventory_serving.yaml"), catalog)
+    would serve, at $0 capex. At $0.30/kWh the old 2080 Tis cost more to run than new 3090s."""
+    data = _data("owned_inventory_serving.yaml")
+    data["site"]["electricity_usd_per_kwh"] = 0.30
+    path = tmp_path / "dear_power.yaml"
+    path.write_text(yaml.safe_dump(data))
+    rec = _solve(data, catalog)
     rows = {r["gpu"]: r for r in summary(rec, catalog)["owned"]}
     assert rows["a100-sxm-80gb"]["idle"] == 0 and rows["rtx-3090"]["idle"] == 0
     ti = rows["rtx-2080-ti"]
@@ -137,7 +141,7 @@ def test_owned_hardware_is_accounted_for(catalog):
     best = max((r for r in rec.table.serving if rec.table.groups[r.group].gpu == "rtx-2080-ti"),
                key=lambda r: r.tokens_per_s / r.gpus_per_replica)
     assert ti["alone_output_tokens_per_s"] == pytest.approx(ti["idle"] // best.gpus_per_replica * best.tokens_per_s)
-    text = CliRunner().invoke(main, ["solve", str(ROOT / "problems" / "owned_inventory_serving.yaml")]).output
+    text = CliRunner().invoke(main, ["solve", str(path)]).output
     assert "Owned hardware" in text and f"{ti['idle']} idle: running them would cost" in text
 
 
