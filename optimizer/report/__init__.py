@@ -66,7 +66,7 @@ def summary(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
                         "ratio_5": low, "ratio_95": high,
                         "confidence": p.confidence,
                         "planning_factor": band.ratio(100 - p.confidence) if p.confidence else 1.0},
-        "verification": list(rec.checks),
+        "verification": [c.text for c in rec.checks],
         "assumptions": assumptions_used(rec, catalog),
         "excluded_gpus": dict(sorted(rec.table.gpu_reasons.items())),
     }

@@ -26,7 +26,7 @@ from optimizer.errors import GpuoptError, ProblemError
 from optimizer.milp import Status, solve
 from optimizer.plans import PlanTable, build_groups, enumerate_candidates
 from optimizer.problem import Problem
-from optimizer.recommend import Recommendation, colocation_per_watt, electricity_per_watt, targets_of, verify
+from optimizer.recommend import colocation_per_watt, electricity_per_watt, targets_of, verify
 from optimizer.report import bill_of_materials
 from optimizer.validation import parse_quantity
 
@@ -219,8 +219,7 @@ def solve_point(problem: Problem, catalog: Catalog, table: PlanTable, index: int
     sol = solve(table, targets_of(problem), backend, time_limit_s, problem.solver.mip_gap)
     if sol.status not in (Status.OPTIMAL, Status.FEASIBLE):
         return SweepRow(index, values, sol.status.value)
-    perf, checks, replica_perf = verify(problem, catalog, table, sol)
-    rec = Recommendation(problem, table, sol, perf, checks, replica_perf)
+    rec = verify(problem, catalog, table, sol)
     costs: dict[str, float] = {}
     for row in bill_of_materials(rec, catalog):
         costs[row.category] = costs.get(row.category, 0.0) + row.extended_price_usd
@@ -230,11 +229,11 @@ def solve_point(problem: Problem, catalog: Catalog, table: PlanTable, index: int
     costs = {k: v for k, v in costs.items() if v or k == "electricity"}
     gpus = sorted({table.groups[p.group].gpu for p in sol.purchases})
     nets = sorted({table.groups[p.group].fabric or "-" for p in sol.purchases})
-    if sol.candidate is not None and perf is not None:
+    if sol.candidate is not None and rec.perf is not None:
         c = sol.candidate.plan
         plan = f"TP{c.tp} PP{c.pp} DP{sol.dp * c.ep}" + (f" CP{c.cp}" if c.cp > 1 else "") \
             + (f" EP{c.ep}" if c.ep > 1 else "")
-        rate, days = perf.tokens_per_s, rec.days
+        rate, days = rec.perf.tokens_per_s, rec.days
     else:
         plan = "; ".join(f"{r.demand}: {n}x{table.groups[r.group].gpu} TP{r.plan.tp}" for r, n in sol.replicas)
         rate, days = sum(sol.serving_capacity().values()), None

@@ -1,0 +1,151 @@
+"""What would make an infeasible problem feasible: the least budget, power cap or deadline
+(each found by one relaxed MIP), and, past the deadline, the wall that binds (the global batch
+cap or ``hardware.max_gpus``)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from optimizer.catalog import Catalog
+from optimizer.milp import MilpSolution, Status, Targets, solve
+from optimizer.plans import PlanTable
+from optimizer.problem import Problem
+from optimizer.recommend.targets import plan_table, targets_of
+
+
+@dataclass(frozen=True)
+class Repair:
+    """The smallest change of one limit that makes a problem feasible, with the others unchanged."""
+
+    limit: str  # budget | power | deadline
+    current: float  # USD, W or seconds
+    needed: float  # the least (budget, power) or the shortest (deadline) that works, rounded up
+
+    def apply(self, problem: Problem) -> Problem:
+        field = {"budget": "budget_usd", "power": "power_cap_w", "deadline": "deadline_s"}[self.limit]
+        return replace(problem, deadline_s=self.needed) if field == "deadline_s" else \
+            problem.with_limits(**{field: self.needed})
+
+    def describe(self, problem: Problem) -> str:
+        if self.limit == "budget":
+            return (f"budget: the least {problem.budget_covers} that meets the other targets is ${self.needed:,.0f}; "
+                    f"the budget is ${self.current:,.0f} (+${self.needed - self.current:,.0f})")
+        if self.limit == "power":
+            return (f"power: the least IT power that meets the other targets is {self.needed / 1e3:,.2f} kW; "
+                    f"the cap is {self.current / 1e3:,.1f} kW (+{(self.needed - self.current) / 1e3:,.2f} kW)")
+        return (f"deadline: the fastest cluster within the other limits takes {self.needed / 86400:,.3f} days; "
+                f"the deadline is {self.current / 86400:,.1f} days (+{(self.needed - self.current) / 86400:,.3f} days)")
+
+
+def repairs(problem: Problem, catalog: Catalog, table: PlanTable, backend: str, limit: float) -> list[Repair]:
+    """For each of budget, power cap and deadline the problem has: the smallest value that makes it
+    feasible with the other limits kept, found by one MIP each.
+
+    The budget: minimise capex (or TCO, if that is what the budget covers) without the budget;
+    the power cap: minimise IT power without the cap; the deadline: maximise tokens/s without it.
+    Plans are re-enumerated without a relaxed budget or cap, which also bound each plan's GPUs.
+    Values are rounded up ($1, 10 W, 0.001 day) so that applying them is feasible.
+    """
+    out = []
+    targets = targets_of(problem)
+    if problem.budget_usd is not None:
+        capex_only = problem.budget_covers == "capex"
+        relaxed = replace(targets, budget_usd=None, objective="min_cost")
+        if capex_only:
+            relaxed = replace(relaxed, opex_usd_per_w=0.0, maintenance=0.0)
+        needed = _least(problem, catalog, "budget_usd", relaxed, backend, limit,
+                        lambda s: math.ceil(s.capex + s.rent if capex_only else s.tco))
+        if needed is not None:
+            out.append(Repair("budget", problem.budget_usd, needed))
+    if problem.power_cap_w is not None:
+        relaxed = replace(targets, power_cap_w=None, objective="min_power")
+        needed = _least(problem, catalog, "power_cap_w", relaxed, backend, limit,
+                        lambda s: math.ceil(s.power_w / 10) * 10.0)
+        if needed is not None:
+            out.append(Repair("power", problem.power_cap_w, needed))
+    if problem.deadline_s is not None and problem.kind == "train":
+        s = _solve_if_any(table, replace(targets, deadline_s=None, objective="min_time"), backend, limit, problem)
+        if s is not None and s.tokens_per_s > 0:
+            days = math.ceil(problem.tokens / s.tokens_per_s / 86.4) / 1000
+            out.append(Repair("deadline", problem.deadline_s, days * 86400))
+    return out
+
+
+def _least(problem: Problem, catalog: Catalog, field: str, relaxed: Targets, backend: str, limit: float,
+           measure: Callable[[MilpSolution], float]) -> float | None:
+    """The least value of a limit (budget or power cap) at which the problem is feasible.
+
+    A first solve without the limit gives a value v; but plans enumerated under a limit v are
+    less conservative than without it (their data-parallel bands end at fewer GPUs), so a
+    smaller value may already work: re-solve over the table enumerated at v until it is stable.
+    """
+    value: float | None = None
+    for _ in range(6):
+        table = plan_table(problem.with_limits(**{field: value}), catalog)
+        s = _solve_if_any(table, relaxed, backend, limit, problem)
+        if s is None:
+            return value
+        fresh = float(measure(s))
+        if value is not None and fresh >= value:
+            return value
+        value = fresh
+    return value
+
+
+def feasibility_hints(problem: Problem, catalog: Catalog, table: PlanTable, backend: str, limit: float,
+                      fallback: bool = True) -> list[str]:
+    """What single relaxation makes the problem feasible, each priced by a re-solve."""
+    found = repairs(problem, catalog, table, backend, limit)
+    hints = [r.describe(problem) for r in found]
+    if problem.kind == "train" and any(r.limit == "deadline" for r in found):
+        hints += deadline_walls(problem, catalog, backend, limit)
+    if not hints and fallback:
+        hints.append("no single relaxation of budget, power or deadline helps: allow more GPUs "
+                     "(hardware.max_gpus), a larger global batch, or more GPU types")
+    return hints
+
+
+def deadline_walls(problem: Problem, catalog: Catalog, backend: str, limit: float) -> list[str]:
+    """Past the deadline even at the fastest cluster within the other limits: what the fastest
+    cluster without a budget or power cap achieves, and which limit then binds, the global batch
+    cap (data parallelism stops at max_global_batch / (micro-batch x micro-batches) replicas) or
+    hardware.max_gpus, with the batch, GPUs and money the deadline would take (a linear estimate
+    from that cluster's throughput per GPU)."""
+    free = problem.with_limits(budget_usd=None, power_cap_w=None)
+    targets = replace(targets_of(free), deadline_s=None, objective="min_time")
+    table = plan_table(free, catalog)
+    s = _solve_if_any(table, targets, backend, limit, free)
+    if s is None or s.candidate is None or s.tokens_per_s <= 0 or problem.deadline_s is None:
+        return []
+    g = table.groups[s.candidate.group]
+    gpus = s.dp * s.candidate.gpus_per_replica  # the plan's GPUs (without a budget, unused groups are noise)
+    per_gpu = g.gpu_usd + g.server_usd / g.slots  # GPUs and servers, before network
+    days = problem.tokens / s.tokens_per_s / 86400
+    if days <= problem.deadline_s / 86400:
+        return []  # the budget or power cap alone binds: its repair says by how much
+    need = problem.tokens / problem.deadline_s / s.tokens_per_s  # times the fastest cluster's speed
+    c = s.candidate.plan
+    seqs = s.dp * c.micro_batch * c.num_micro_batches
+    lines = [f"without a budget or power cap the fastest cluster takes {days:,.1f} days on {gpus:,} x {g.gpu} "
+             f"(${gpus * per_gpu:,.0f} of GPUs and servers); the deadline needs {need:,.1f}x its speed: about "
+             f"{gpus * need:,.0f} such GPUs at the same speed each, some ${gpus * need * per_gpu:,.0f}"
+             + (f" against a budget of ${problem.budget_usd:,.0f}" if problem.budget_usd else "")]
+    if seqs * 2 > problem.max_global_batch:
+        tokens = problem.max_global_batch * problem.seq_len
+        lines.append(f"global batch: the cap of {tokens / 1e6:,.1f}M tokens ({problem.max_global_batch:,} sequences) "
+                     f"stops data parallelism at {s.dp:,} replicas; about {tokens * need / 1e6:,.0f}M tokens per step "
+                     "would be needed (workload.global_batch.max_tokens), at some cost in convergence")
+    if gpus * 2 > problem.max_gpus:
+        lines.append(f"GPU count: hardware.max_gpus is {problem.max_gpus:,}; about {gpus * need:,.0f} would be needed")
+    return lines
+
+
+def _solve_if_any(table: PlanTable, targets: Targets, backend: str, limit: float,
+                  problem: Problem) -> MilpSolution | None:
+    """The relaxed problem's solution, or None if it has no plan or is infeasible too."""
+    if not table.candidates and not table.serving:
+        return None
+    s = solve(table, targets, backend, limit, problem.solver.mip_gap, tie_break=False)
+    return s if s.status in (Status.OPTIMAL, Status.FEASIBLE) else None

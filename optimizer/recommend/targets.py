@@ -1,0 +1,58 @@
+"""What a problem asks of the solver: its targets, its candidate plans, and the money per watt.
+
+``targets_of`` turns a problem into the MIP's ``Targets`` (objective, limits, demands, jobs and
+which workloads overlap); ``plan_table`` enumerates its candidates; the per-watt figures price a
+watt of IT load over the horizon (electricity × load factor × PUE, and colocation rent).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from optimizer.catalog import HOURS_PER_YEAR, Catalog
+from optimizer.milp import MilpSolution, Targets
+from optimizer.plans import PlanTable, enumerate_candidates
+from optimizer.plans.portfolio import enumerate_portfolio, overlaps
+from optimizer.problem import Problem
+
+
+def electricity_per_watt(problem: Problem) -> float:
+    """USD of electricity over the horizon per watt of IT load (load factor × PUE × hours × price)."""
+    return (problem.load_factor * problem.pue * problem.horizon_years * HOURS_PER_YEAR
+            * problem.electricity_usd_per_kwh / 1000.0)
+
+
+def colocation_per_watt(problem: Problem) -> float:
+    """USD of colocation rent over the horizon per watt of IT capacity ($/kW-month × months / 1000)."""
+    return problem.colocation_usd_per_kw_month * 12 * problem.horizon_years / 1000.0
+
+
+def opex_per_watt(problem: Problem) -> float:
+    """USD over the horizon per watt of on-site IT load: electricity and colocation."""
+    return electricity_per_watt(problem) + colocation_per_watt(problem)
+
+
+def targets_of(problem: Problem) -> Targets:
+    servers = tuple((k, v) for k, v in problem.max_units if k not in problem.gpus)
+    targets = Targets(problem.objective, problem.tokens, problem.deadline_s, problem.budget_usd,
+                      problem.budget_covers, problem.power_cap_w, opex_per_watt(problem),
+                      tuple((d.name, d.output_tokens_per_s) for d in problem.demands),
+                      problem.maintenance_per_year * problem.horizon_years, problem.installation_usd_per_server,
+                      problem.racks, servers)
+    if not problem.phases:
+        return targets
+    return replace(targets, demands=tuple((f"{ph.name}/{d.name}", d.output_tokens_per_s) for ph in problem.phases
+                                          for d in ph.problem.demands),
+                   jobs=tuple((ph.name, ph.problem.tokens, ph.problem.deadline_s) for ph in problem.phases
+                              if ph.kind == "train"),
+                   overlaps=overlaps(problem.phases))
+
+
+def plan_table(problem: Problem, catalog: Catalog) -> PlanTable:
+    """The candidates of ``problem``: its workload's, or every workload's on shared hardware."""
+    return enumerate_portfolio(problem, catalog) if problem.phases else enumerate_candidates(problem, catalog)
+
+
+def spend(problem: Problem, sol: MilpSolution) -> float:
+    """What the budget bounds: capex and rent, or the whole TCO."""
+    return sol.tco if problem.budget_covers == "tco" else sol.capex + sol.rent

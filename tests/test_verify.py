@@ -1,0 +1,54 @@
+"""The independent re-check (recommend.verify): every condition is a Check record that holds for a
+solved answer, and an answer the solver got wrong is refused with every failed check named."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from optimizer.errors import SolverError
+from optimizer.problem import load_priced
+from optimizer.recommend import Check, plan_table, recommend, verify
+from optimizer.recommend.verify import at_least, at_most, passed
+from tests.conftest import ROOT
+
+
+@pytest.fixture(scope="module")
+def training(catalog):
+    problem, priced = load_priced(ROOT / "problems" / "lab_quotes.yaml", catalog)
+    return recommend(problem, priced, table=plan_table(problem, priced)), priced
+
+
+def test_a_solved_answer_passes_every_check(training):
+    rec, _ = training
+    assert rec.checks and all(isinstance(c, Check) and c.ok for c in rec.checks)
+    whats = [c.what for c in rec.checks]
+    assert whats[:3] == ["memory", "throughput", "global_batch"]
+    assert "hardware" in whats and "budget" in whats
+    budget = next(c for c in rec.checks if c.what == "budget")
+    assert budget.measured <= budget.limit == rec.problem.budget_usd
+    assert budget.text.startswith("capex $") and budget.text.endswith(f"≤ budget ${budget.limit:,.0f}")
+
+
+def test_a_wrong_answer_is_refused_naming_each_failed_check(training):
+    """A solution whose sums disagree with the catalog (capex) and whose plan runs past the budget
+    fails two checks; the error names both."""
+    rec, priced = training
+    sol = replace(rec.solution, capex=rec.solution.capex * 3)
+    with pytest.raises(SolverError) as err:
+        verify(rec.problem, priced, rec.table, sol)
+    text = str(err.value)
+    assert "failed the independent re-check" in text
+    assert "hardware re-priced from the catalog" in text and "≤ budget" in text
+
+
+def test_limits_hold_within_a_relative_slack():
+    assert at_most("power", 1000.0 * (1 + 1e-10), 1000.0, "").ok
+    assert not at_most("power", 1000.1, 1000.0, "").ok
+    assert at_least("demand", 999.9999999, 1000.0, "").ok
+    assert not at_least("demand", 999.0, 1000.0, "").ok
+    ok = Check(what="memory", ok=True, measured=1.0, limit=2.0, text="fits")
+    assert passed([ok]) == (ok,) and ok.named("chat").text == "chat: fits"
+    with pytest.raises(SolverError, match="too big; too slow"):
+        passed([replace(ok, ok=False, text="too big"), ok, replace(ok, ok=False, text="too slow")])
