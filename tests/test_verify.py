@@ -52,3 +52,23 @@ def test_limits_hold_within_a_relative_slack():
     assert passed([ok]) == (ok,) and ok.named("chat").text == "chat: fits"
     with pytest.raises(SolverError, match="too big; too slow"):
         passed([replace(ok, ok=False, text="too big"), ok, replace(ok, ok=False, text="too slow")])
+
+
+def test_closed_sets_are_enums_that_print_as_their_file_values(catalog, training):
+    """Objective, what the budget covers and the backend are enums; each compares, prints and
+    serialises as the string the problem file uses, so outputs are unchanged."""
+    import json
+
+    from optimizer.milp.backends import Model
+    from optimizer.problem import Backend, BudgetCovers, Objective
+
+    rec, _ = training
+    p = rec.problem
+    assert p.objective is Objective.MIN_TIME and p.objective.maximize and not Objective.MIN_COST.maximize
+    assert p.budget_covers is BudgetCovers.CAPEX and p.solver.backend is Backend.ORTOOLS
+    assert rec.solution.backend is Backend.ORTOOLS
+    assert f"{p.objective}|{p.objective:>9}|{p.budget_covers}" == "min_time| min_time|capex"
+    assert json.dumps([p.objective, p.solver.backend]) == '["min_time", "ortools"]'
+    assert Objective("min_cost") == "min_cost" and Backend("pulp") is Backend.PULP
+    with pytest.raises(SolverError, match="unknown solver backend 'cplex'. To fix: use one of ortools, pulp"):
+        Model("cplex")

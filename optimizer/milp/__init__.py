@@ -33,6 +33,7 @@ from optimizer.milp.costs import (  # re-exported (see __all__): the closed form
 from optimizer.milp.formulation import replica_bound
 from optimizer.milp.solution import MilpSolution, Status
 from optimizer.plans import Candidate, PlanTable
+from optimizer.problem.enums import Backend, Objective
 
 __all__ = [
     "BACKENDS", "ORTOOLS_ENGINE", "MilpSolution", "Status", "replica_bound", "solve",
@@ -45,7 +46,7 @@ __all__ = [
 class _Program:
     """The built program: the model, its variables, and the expressions the objectives use."""
 
-    def __init__(self, table: PlanTable, targets: Targets, backend: str) -> None:
+    def __init__(self, table: PlanTable, targets: Targets, backend: Backend | str) -> None:
         self.model = model = Model(backend)
         bounds = f.group_bounds(table, targets)
         self.v = v = f.variables(model, table, targets, bounds)
@@ -72,7 +73,7 @@ class _Program:
                 for k, var in family.items()}
 
 
-def solve(table: PlanTable, targets: Targets, backend: str = "ortools", time_limit_s: float = 60.0,
+def solve(table: PlanTable, targets: Targets, backend: Backend | str = Backend.ORTOOLS, time_limit_s: float = 60.0,
           mip_gap: float = 1e-6, tie_break: bool = True) -> MilpSolution:
     """Build the program over ``table`` and solve it. Same signature for both backends. A second
     pass fixes the optimum and takes, among equally good answers, the cheapest (min_time, min_power)
@@ -82,19 +83,20 @@ def solve(table: PlanTable, targets: Targets, backend: str = "ortools", time_lim
     start = time.perf_counter()
     program = _Program(table, targets, backend)
     model = program.model
-    maximize = targets.objective == "min_time"
-    model.set_objective({"min_time": program.throughput, "min_power": program.power}.get(targets.objective,
-                                                                                        program.tco), maximize)
+    maximize = targets.objective.maximize
+    goals = {Objective.MIN_TIME: program.throughput, Objective.MIN_POWER: program.power}
+    goal = goals.get(targets.objective, program.tco)
+    model.set_objective(goal, maximize)
     status, objective, bound = model.solve(time_limit_s, mip_gap)
     if status in (Status.INFEASIBLE, Status.NO_SOLUTION):
-        return _empty(status, backend, start, model)
+        return _empty(status, model.backend, start, model)
     gap = _gap(objective, bound) if bound is not None else (mip_gap if status == Status.OPTIMAL else None)
     values = program.values()
     if tie_break and objective is not None:
         remaining = max(1.0, time_limit_s - (time.perf_counter() - start))
         if _tie_break(program, table, targets, objective, remaining, mip_gap):
             values = program.values()
-    return _solution(table, targets, values, status, backend, objective, bound, gap, start, model)
+    return _solution(table, targets, values, status, model.backend, objective, bound, gap, start, model)
 
 
 def _tie_break(program: _Program, table: PlanTable, targets: Targets, objective: float, time_limit_s: float,
@@ -103,10 +105,10 @@ def _tie_break(program: _Program, table: PlanTable, targets: Targets, objective:
     pass was proven optimal (a pass stopped by the clock is discarded: keeps output deterministic)."""
     model = program.model
     slack = 1e-7 * max(1.0, abs(objective))
-    if targets.objective == "min_time":
+    if targets.objective is Objective.MIN_TIME:
         model.add(program.throughput >= objective - slack, "tie_break_throughput")
         model.set_objective(program.tco, False)
-    elif targets.objective == "min_power":
+    elif targets.objective is Objective.MIN_POWER:
         model.add(program.power <= objective + slack, "tie_break_power")
         model.set_objective(program.tco, False)
     else:
@@ -117,7 +119,7 @@ def _tie_break(program: _Program, table: PlanTable, targets: Targets, objective:
 
 
 def _solution(table: PlanTable, targets: Targets, values: dict[tuple[str, str], float], status: Status,
-              backend: str, objective: float | None, bound: float | None, gap: float | None, start: float,
+              backend: Backend, objective: float | None, bound: float | None, gap: float | None, start: float,
               model: Model) -> MilpSolution:
     """The solution read back from the variables' values, priced in closed form."""
     chosen = [c for c in table.candidates if values["x", c.key] > 0.5]
@@ -149,6 +151,6 @@ def _gap(objective: float | None, bound: float | None) -> float | None:
     return abs(bound - objective) / max(1e-9, abs(objective))
 
 
-def _empty(status: Status, backend: str, start: float, model: Model) -> MilpSolution:
+def _empty(status: Status, backend: Backend, start: float, model: Model) -> MilpSolution:
     return MilpSolution(status, backend, None, None, None, None, 0, (), (), 0.0, 0.0, 0.0, 0.0,
                         time.perf_counter() - start, model.n_vars, model.n_cons)

@@ -12,8 +12,9 @@ from typing import Any
 
 from optimizer.errors import SolverError
 from optimizer.milp.solution import Status
+from optimizer.problem.enums import Backend
 
-BACKENDS = ("ortools", "pulp")
+BACKENDS = tuple(b.value for b in Backend)
 ORTOOLS_ENGINE = "HIGHS"  # OR-Tools' linear-solver wrapper around HiGHS; "SCIP" also works, but
 # on the shipped problems its tie-breaking pass ran 5-15x slower (benchmarks/solve_times.py)
 
@@ -41,9 +42,13 @@ def _quiet_stdout() -> Iterator[None]:
 class Model:
     """The few modelling calls both backends need, so the formulation is written once."""
 
-    def __init__(self, backend: str) -> None:
-        self.backend = backend
-        if backend == "ortools":
+    def __init__(self, backend: Backend | str) -> None:
+        try:
+            self.backend = backend = Backend(backend)
+        except ValueError:
+            choices = ", ".join(BACKENDS)
+            raise SolverError(f"unknown solver backend '{backend}'. To fix: use one of {choices}.") from None
+        if backend is Backend.ORTOOLS:
             from ortools.linear_solver import pywraplp
 
             self._pywraplp = pywraplp
@@ -52,19 +57,17 @@ class Model:
                 raise SolverError(f"OR-Tools was built without {ORTOOLS_ENGINE}. "
                                   "To fix: pip install --force-reinstall ortools.")
             self.m.SuppressOutput()
-        elif backend == "pulp":
+        else:
             import pulp
 
             self._pulp = pulp
             self.m = pulp.LpProblem("gpuopt", pulp.LpMinimize)
-        else:
-            raise SolverError(f"unknown solver backend '{backend}'. To fix: use one of {', '.join(BACKENDS)}.")
         self.n_vars = 0
         self.n_cons = 0
 
     def int_var(self, lb: float, ub: float, name: str) -> Any:
         self.n_vars += 1
-        if self.backend == "ortools":
+        if self.backend is Backend.ORTOOLS:
             return self.m.IntVar(lb, ub, name)
         return self._pulp.LpVariable(name, lb, ub, cat="Integer")
 
@@ -72,19 +75,19 @@ class Model:
         return self.int_var(0, 1, name)
 
     def total(self, terms: list[Any]) -> Any:
-        if self.backend == "ortools":
+        if self.backend is Backend.ORTOOLS:
             return self.m.Sum(terms) if terms else 0
         return self._pulp.lpSum(terms)
 
     def add(self, constraint: Any, name: str) -> None:
         self.n_cons += 1
-        if self.backend == "ortools":
+        if self.backend is Backend.ORTOOLS:
             self.m.Add(constraint, name)
         else:
             self.m += constraint, name
 
     def set_objective(self, expr: Any, maximize: bool) -> None:
-        if self.backend == "ortools":
+        if self.backend is Backend.ORTOOLS:
             (self.m.Maximize if maximize else self.m.Minimize)(expr)
         else:
             self.m.sense = self._pulp.LpMaximize if maximize else self._pulp.LpMinimize
@@ -92,7 +95,7 @@ class Model:
 
     def solve(self, time_limit_s: float, mip_gap: float) -> tuple[Status, float | None, float | None]:
         """(status, objective, best bound)."""
-        if self.backend == "ortools":
+        if self.backend is Backend.ORTOOLS:
             self.m.SetTimeLimit(int(max(1.0, time_limit_s) * 1000))
             params = self._pywraplp.MPSolverParameters()
             params.SetDoubleParam(params.RELATIVE_MIP_GAP, mip_gap)
@@ -128,7 +131,7 @@ class Model:
         return status, value, None
 
     def value(self, var: Any) -> float:
-        if self.backend == "ortools":
+        if self.backend is Backend.ORTOOLS:
             solved: float = var.solution_value()
             return solved
         return var.value() or 0.0

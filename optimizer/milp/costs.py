@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, replace
 
 from optimizer.plans import Candidate, Group, PlanTable
+from optimizer.problem.enums import BudgetCovers, Objective
 from optimizer.problem.procurement import RackLimits
 
 
@@ -18,11 +19,11 @@ from optimizer.problem.procurement import RackLimits
 class Targets:
     """What the MIP must meet and what it optimises."""
 
-    objective: str  # min_cost | min_time | min_power
+    objective: Objective
     tokens: float
     deadline_s: float | None = None
     budget_usd: float | None = None
-    budget_covers: str = "capex"
+    budget_covers: BudgetCovers = BudgetCovers.CAPEX
     power_cap_w: float | None = None
     opex_usd_per_w: float = 0.0  # electricity (and colocation) over the horizon per watt of IT load
     demands: tuple[tuple[str, float], ...] = ()  # (request class, output tokens/s) for serving
@@ -34,6 +35,11 @@ class Targets:
     # and the sets of workloads that run at the same time. Empty: one workload, named "".
     jobs: tuple[tuple[str, float, float | None], ...] = ()
     overlaps: tuple[tuple[str, ...], ...] = ()
+
+    def __post_init__(self) -> None:
+        # the closed sets may be given by their names (``objective="min_cost"``)
+        object.__setattr__(self, "objective", Objective(self.objective))
+        object.__setattr__(self, "budget_covers", BudgetCovers(self.budget_covers))
 
     @property
     def required_tokens_per_s(self) -> float | None:

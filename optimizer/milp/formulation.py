@@ -70,6 +70,7 @@ from typing import Any
 from optimizer.milp.backends import Model
 from optimizer.milp.costs import Targets, job_gpu_hours
 from optimizer.plans import Candidate, Group, PlanTable, ServeCandidate
+from optimizer.problem.enums import BudgetCovers
 
 
 @dataclass
@@ -356,4 +357,5 @@ def add_power_cap(model: Model, targets: Targets, power: Any) -> None:
 def add_budget(model: Model, targets: Targets, capex_and_rent: Any, tco: Any) -> None:
     """(11) capex + rent (or the TCO, when the budget covers it) within the budget."""
     if targets.budget_usd is not None:
-        model.add((tco if targets.budget_covers == "tco" else capex_and_rent) <= targets.budget_usd, "budget")
+        spent = tco if targets.budget_covers is BudgetCovers.TCO else capex_and_rent
+        model.add(spent <= targets.budget_usd, "budget")

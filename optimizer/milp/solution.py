@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from optimizer.milp.costs import Costs, GroupCount
 from optimizer.plans import Candidate, ServeCandidate
+from optimizer.problem.enums import Backend
 
 
 class Status(enum.Enum):
@@ -19,7 +20,7 @@ class Status(enum.Enum):
 @dataclass(frozen=True)
 class MilpSolution:
     status: Status
-    backend: str
+    backend: Backend
     objective: float | None
     bound: float | None
     gap: float | None

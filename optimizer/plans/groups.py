@@ -11,6 +11,7 @@ from typing import TypedDict
 
 from optimizer.catalog import HOURS_PER_YEAR, Catalog, Gpu
 from optimizer.problem import Problem
+from optimizer.problem.enums import BudgetCovers
 from optimizer.problem.procurement import Owned
 
 
@@ -286,7 +287,7 @@ def group_affordable(problem: Problem, g: Group) -> bool:
         return False
     if problem.racks is not None and not g.rented and g.server_power_w > problem.racks.kw:
         return False
-    return not (problem.budget_usd is not None and problem.budget_covers == "capex"
+    return not (problem.budget_usd is not None and problem.budget_covers is BudgetCovers.CAPEX
                 and g.min_capex > problem.budget_usd)
 
 

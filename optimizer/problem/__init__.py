@@ -6,6 +6,7 @@ cap, whether it is a data centre), which GPUs are allowed, the plan search grid,
 solver options. Catalog entries are referred to by id; their numbers are never copied here.
 """
 
+from optimizer.problem.enums import Backend, BudgetCovers, Objective
 from optimizer.problem.model import Demand, Limits, Phase, Problem
 from optimizer.problem.resolve import (
     PHASE_FIELDS,
@@ -23,11 +24,14 @@ from optimizer.problem.schema import SCHEMA_VERSION, ProblemFile, Search, Solver
 
 __all__ = [
     "answer_regime",
+    "Backend",
+    "BudgetCovers",
     "confidence_factor",
     "Demand",
     "Limits",
     "load_priced",
     "load_problem",
+    "Objective",
     "Phase",
     "PHASE_FIELDS",
     "Problem",

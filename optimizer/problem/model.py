@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, TypedDict
 
 from optimizer.catalog import Catalog
 from optimizer.perf.specs import ModelSpec
+from optimizer.problem.enums import BudgetCovers, Objective
 from optimizer.problem.procurement import (
     Owned,
     PriceOverride,
@@ -70,10 +71,10 @@ class Problem:
     seq_len: int
     min_global_batch: int  # sequences per step
     max_global_batch: int
-    objective: str  # min_cost | min_time
+    objective: Objective  # min_cost or min_time (min_power only in a repair's relaxed targets)
     deadline_s: float | None
     budget_usd: float | None
-    budget_covers: str
+    budget_covers: BudgetCovers
     datacenter: bool
     power_cap_w: float | None
     electricity_usd_per_kwh: float
@@ -107,6 +108,11 @@ class Problem:
     phases: tuple[Phase, ...] = ()  # several workloads (kind "multi"), each a problem of its own
     # the catalog at this problem's prices, as ``with_prices`` resolved it (None: not yet priced)
     catalog: Catalog | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # the closed sets may be given by their names (``objective="min_time"``)
+        object.__setattr__(self, "objective", Objective(self.objective))
+        object.__setattr__(self, "budget_covers", BudgetCovers(self.budget_covers))
 
     def may_buy(self, gpu: str) -> bool:
         return gpu in (self.buy_gpus if self.buy_gpus is not None else self.gpus)

@@ -12,6 +12,7 @@ from optimizer.catalog import AT_BATCH, AT_MAX_LOAD, Catalog, gpu_names
 from optimizer.catalog.stacks import Kind
 from optimizer.errors import CatalogError, ProblemError, suggest
 from optimizer.perf.specs import ModelSpec
+from optimizer.problem.enums import BudgetCovers, Objective
 from optimizer.problem.procurement import (
     apply_prices,
     parse_cli_price,
@@ -213,10 +214,10 @@ def problem_from_data(data: dict[str, Any], path: Path, catalog: Catalog, check_
         seq_len=seq_len,
         min_global_batch=gb.min_seqs,
         max_global_batch=max_seqs,
-        objective=spec.objective,
+        objective=Objective(spec.objective),
         deadline_s=spec.deadline_days * 86400.0 if spec.deadline_days else None,
         budget_usd=budget,
-        budget_covers=spec.budget.covers if spec.budget else "capex",
+        budget_covers=BudgetCovers(spec.budget.covers) if spec.budget else BudgetCovers.CAPEX,
         datacenter=spec.site.datacenter,
         allow_workstations=(spec.site.allow_workstations if spec.site.allow_workstations is not None
                             else not spec.site.datacenter),

@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from optimizer.perf.specs import ModelSpec
+from optimizer.problem.enums import Backend
 from optimizer.problem.procurement import (
     OwnedEntry,
     PriceEntry,
@@ -275,7 +276,7 @@ class Search(Strict):
 
 
 class SolverOptions(Strict):
-    backend: Literal["ortools", "pulp"] = "ortools"
+    backend: Backend = Backend.ORTOOLS
     time_limit_s: float = Field(default=60.0, gt=0, le=86_400)
     mip_gap: float = Field(default=1e-6, ge=0, le=1)
 

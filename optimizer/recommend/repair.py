@@ -12,6 +12,7 @@ from optimizer.catalog import Catalog
 from optimizer.milp import MilpSolution, Status, Targets, solve
 from optimizer.plans import PlanTable
 from optimizer.problem import Problem
+from optimizer.problem.enums import BudgetCovers, Objective
 from optimizer.recommend.targets import plan_table, targets_of
 
 
@@ -51,8 +52,8 @@ def repairs(problem: Problem, catalog: Catalog, table: PlanTable, backend: str, 
     out = []
     targets = targets_of(problem)
     if problem.budget_usd is not None:
-        capex_only = problem.budget_covers == "capex"
-        relaxed = replace(targets, budget_usd=None, objective="min_cost")
+        capex_only = problem.budget_covers is BudgetCovers.CAPEX
+        relaxed = replace(targets, budget_usd=None, objective=Objective.MIN_COST)
         if capex_only:
             relaxed = replace(relaxed, opex_usd_per_w=0.0, maintenance=0.0)
         needed = _least(problem, catalog, "budget_usd", relaxed, backend, limit,
@@ -60,13 +61,14 @@ def repairs(problem: Problem, catalog: Catalog, table: PlanTable, backend: str, 
         if needed is not None:
             out.append(Repair("budget", problem.budget_usd, needed))
     if problem.power_cap_w is not None:
-        relaxed = replace(targets, power_cap_w=None, objective="min_power")
+        relaxed = replace(targets, power_cap_w=None, objective=Objective.MIN_POWER)
         needed = _least(problem, catalog, "power_cap_w", relaxed, backend, limit,
                         lambda s: math.ceil(s.power_w / 10) * 10.0)
         if needed is not None:
             out.append(Repair("power", problem.power_cap_w, needed))
     if problem.deadline_s is not None and problem.kind == "train":
-        s = _solve_if_any(table, replace(targets, deadline_s=None, objective="min_time"), backend, limit, problem)
+        fastest = replace(targets, deadline_s=None, objective=Objective.MIN_TIME)
+        s = _solve_if_any(table, fastest, backend, limit, problem)
         if s is not None and s.tokens_per_s > 0:
             days = math.ceil(problem.tokens / s.tokens_per_s / 86.4) / 1000
             out.append(Repair("deadline", problem.deadline_s, days * 86400))
@@ -114,7 +116,7 @@ def deadline_walls(problem: Problem, catalog: Catalog, backend: str, limit: floa
     hardware.max_gpus, with the batch, GPUs and money the deadline would take (a linear estimate
     from that cluster's throughput per GPU)."""
     free = problem.with_limits(budget_usd=None, power_cap_w=None)
-    targets = replace(targets_of(free), deadline_s=None, objective="min_time")
+    targets = replace(targets_of(free), deadline_s=None, objective=Objective.MIN_TIME)
     table = plan_table(free, catalog)
     s = _solve_if_any(table, targets, backend, limit, free)
     if s is None or s.candidate is None or s.tokens_per_s <= 0 or problem.deadline_s is None:

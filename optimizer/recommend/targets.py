@@ -14,6 +14,7 @@ from optimizer.milp import MilpSolution, Targets
 from optimizer.plans import PlanTable, enumerate_candidates
 from optimizer.plans.portfolio import enumerate_portfolio, overlaps
 from optimizer.problem import Problem
+from optimizer.problem.enums import BudgetCovers
 
 
 def electricity_per_watt(problem: Problem) -> float:
@@ -55,4 +56,4 @@ def plan_table(problem: Problem, catalog: Catalog) -> PlanTable:
 
 def spend(problem: Problem, sol: MilpSolution) -> float:
     """What the budget bounds: capex and rent, or the whole TCO."""
-    return sol.tco if problem.budget_covers == "tco" else sol.capex + sol.rent
+    return sol.tco if problem.budget_covers is BudgetCovers.TCO else sol.capex + sol.rent

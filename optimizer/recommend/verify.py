@@ -19,6 +19,7 @@ from optimizer.perf.train import TrainResult, train_step
 from optimizer.plans import Candidate, PlanTable, ServeCandidate
 from optimizer.plans.portfolio import gpus_needed
 from optimizer.problem import Problem, confidence_factor
+from optimizer.problem.enums import BudgetCovers
 from optimizer.recommend.targets import spend
 
 SLACK = 1e-9  # relative: a value this close to its limit holds (the solver's own tolerance is coarser)
@@ -150,7 +151,7 @@ def limit_checks(problem: Problem, sol: MilpSolution) -> list[Check]:
                               f"IT power {sol.power_w / 1e3:,.2f} kW ≤ cap {problem.power_cap_w / 1e3:,.1f} kW"))
     if problem.budget_usd is not None:
         spent = spend(problem, sol)
-        what = "TCO" if problem.budget_covers == "tco" else ("capex + rent" if sol.rent else "capex")
+        what = "TCO" if problem.budget_covers is BudgetCovers.TCO else ("capex + rent" if sol.rent else "capex")
         checks.append(at_most("budget", spent, problem.budget_usd,
                               f"{what} ${spent:,.0f} ≤ budget ${problem.budget_usd:,.0f}"))
     return checks

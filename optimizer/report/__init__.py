@@ -95,7 +95,7 @@ def _plan(rec: Recommendation, catalog: Catalog, cost: dict[str, Any], band: Ban
         plan["planned_days"] = plan["days"] / band.ratio(100 - p.confidence)
     cost["training_energy_usd"] = (cost["it_power_kw"] * p.load_factor * p.pue * rec.days * 24
                                    * p.electricity_usd_per_kwh)
-    return plan, "maximise tokens/s" if p.objective == "min_time" else "minimise TCO (USD)"
+    return plan, "maximise tokens/s" if p.objective.maximize else "minimise TCO (USD)"
 
 
 def _problem_record(p: Problem) -> dict[str, Any]:

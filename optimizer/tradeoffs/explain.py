@@ -13,6 +13,7 @@ from typing import Any, Literal, TypedDict
 from optimizer.catalog import Catalog
 from optimizer.plans import PlanTable, enumerate_candidates, restrict
 from optimizer.problem import Problem
+from optimizer.problem.enums import BudgetCovers
 from optimizer.recommend import Repair, repairs
 from optimizer.tradeoffs.sweep import SweepRow, solve_point
 
@@ -70,7 +71,7 @@ def _better(problem: Problem, a: SweepRow, b: SweepRow) -> bool:
     if not a.feasible or not b.feasible:
         return a.feasible and not b.feasible
     tol = max(problem.solver.mip_gap, 1e-9) * 2
-    if problem.objective == "min_time":
+    if problem.objective.maximize:
         return a.objective > b.objective * (1 + tol)  # type: ignore[operator]
     return a.objective < b.objective * (1 - tol) - 1e-6  # type: ignore[operator]
 
@@ -100,7 +101,7 @@ def gpu_options(problem: Problem, catalog: Catalog, table: PlanTable, backend: s
             fixes = repairs(alone, catalog, only, backend, limit)
             why = "; ".join(r.describe(alone) for r in fixes) or "no single relaxation makes it feasible"
             options.append(GpuOption(gpu, "out", f"no cluster of it alone meets the targets. {why}"))
-    speed = (lambda o: -o.row.tokens_per_s) if problem.objective == "min_time" else (lambda o: o.row.tco)
+    speed = (lambda o: -o.row.tokens_per_s) if problem.objective.maximize else (lambda o: o.row.tco)
     rank = {"optimum": 0, "feasible": 1, "out": 2}
     return sorted(options, key=lambda o: (rank[o.outcome], speed(o) if o.row else 0.0, o.gpu))
 
@@ -114,7 +115,7 @@ def relaxations(problem: Problem, catalog: Catalog, best: SweepRow, backend: str
     table = enumerate_candidates(wide, catalog)
     base = _row(problem, catalog, table, backend, limit)
     out = []
-    spend = best.tco if problem.budget_covers == "tco" else best.capex
+    spend = best.tco if problem.budget_covers is BudgetCovers.TCO else best.capex
     limits: tuple[tuple[str, LimitField, float | None, float], ...] = (
         ("budget", "budget_usd", problem.budget_usd, (problem.budget_usd or 0) - spend),
         ("power", "power_cap_w", problem.power_cap_w, (problem.power_cap_w or 0) - best.power_kw * 1e3),
@@ -162,7 +163,7 @@ def _outcome_text(problem: Problem, row: SweepRow) -> str:
 def _effect(problem: Problem, best: SweepRow, r: Relaxation) -> str:
     if r.row is None or not r.row.feasible or not r.binding:
         return "no gain: not binding"
-    if problem.objective == "min_time":
+    if problem.objective.maximize:
         saved = (best.days or 0) - (r.row.days or 0)
         return f"{r.row.days:,.1f} days (saves {saved:,.1f} days) with {r.row.gpus} x {r.row.gpu}"
     return f"TCO ${r.row.tco:,.0f} (saves ${best.tco - r.row.tco:,.0f}) with {r.row.gpus} x {r.row.gpu}"

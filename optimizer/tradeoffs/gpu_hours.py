@@ -14,6 +14,7 @@ from optimizer.calibration.data import read_rows
 from optimizer.catalog import Catalog
 from optimizer.errors import ProblemError
 from optimizer.problem import Problem, Search, SolverOptions
+from optimizer.problem.enums import BudgetCovers, Objective
 from optimizer.recommend import recommend
 
 COLUMNS = ("model", "gpu", "gpus", "tokens", "published_gpu_hours", "global_batch_tokens")
@@ -51,8 +52,8 @@ def _problem(catalog: Catalog, row: dict[str, str], path: Path) -> Problem:
     return Problem(
         name=f"gpu-hours-{row['model']}", path=path, description="", model=spec, model_id=row["model"],
         tokens=float(row["tokens"]), precision="bf16", seq_len=spec.seq_len, min_global_batch=1,
-        max_global_batch=max(1, int(float(row["global_batch_tokens"]) // spec.seq_len)), objective="min_time",
-        deadline_s=None, budget_usd=1e15, budget_covers="capex", datacenter=True, power_cap_w=None,
+        max_global_batch=max(1, int(float(row["global_batch_tokens"]) // spec.seq_len)), objective=Objective.MIN_TIME,
+        deadline_s=None, budget_usd=1e15, budget_covers=BudgetCovers.CAPEX, datacenter=True, power_cap_w=None,
         electricity_usd_per_kwh=fac.electricity_usd_per_kwh.value, pue=fac.pue.datacenter.value,
         horizon_years=fac.amortisation_years.value, load_factor=fac.load_factor.value, gpus=(row["gpu"],),
         exclude_servers=(), exclude_fabrics=(), max_gpus=int(row["gpus"]),
