@@ -16,7 +16,8 @@ from pathlib import Path
 from optimizer.catalog import load_catalog
 from optimizer.plans import enumerate_candidates
 from optimizer.problem import load_priced
-from optimizer.tradeoffs.sweep import Axis, loosest, run_sweep
+from optimizer.tradeoffs.axes import Axis, loosest
+from optimizer.tradeoffs.sweep import run_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 

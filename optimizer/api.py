@@ -34,9 +34,10 @@ from optimizer.problem import Problem, load_priced, problem_from_data, with_pric
 from optimizer.recommend import plan_table, targets_of
 from optimizer.recommend import recommend as _recommend
 from optimizer.results import Answer, Calibration, Comparison, Explained, GpuHoursTable, Plans, Sweep
+from optimizer.tradeoffs.axes import default_axis, parse_axes
 from optimizer.tradeoffs.compare import compare as _compare
 from optimizer.tradeoffs.explain import explain as _explain
-from optimizer.tradeoffs.sweep import default_axis, parse_axes, run_sweep
+from optimizer.tradeoffs.sweep import run_sweep
 
 if TYPE_CHECKING:  # the calibration stage (scipy) loads when validate or fit is called
     from optimizer.calibration.write import Refit

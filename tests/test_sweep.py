@@ -14,17 +14,8 @@ from optimizer.cli import main
 from optimizer.errors import ProblemError
 from optimizer.problem import load_problem
 from optimizer.recommend import recommend
-from optimizer.tradeoffs.sweep import (
-    Axis,
-    SweepRow,
-    loosest,
-    mark_pareto,
-    monotonicity_violations,
-    parse_axes,
-    parse_values,
-    run_sweep,
-    to_csv,
-)
+from optimizer.tradeoffs.axes import Axis, loosest, parse_axes, parse_values
+from optimizer.tradeoffs.sweep import SweepRow, mark_pareto, monotonicity_violations, run_sweep, to_csv
 from tests.conftest import ROOT, TINY
 
 MIN_TIME = TINY.replace("objective: min_cost\ndeadline_days: 30", "objective: min_time\nbudget: {usd: 400k}")

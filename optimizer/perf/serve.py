@@ -27,50 +27,23 @@ import numpy as np
 from optimizer.perf import model as shape
 from optimizer.perf.comm import collective_latency, p2p_time
 from optimizer.perf.params import Num, ServeParams
-from optimizer.perf.specs import Device, Hardware, ModelSpec
+from optimizer.perf.specs import (
+    ACT_BYTES,
+    BYTES,
+    FORMATS,
+    KV_PRECISIONS,
+    SERVE_PRECISIONS,
+    Device,
+    Hardware,
+    ModelSpec,
+    ServePlan,
+)
 
-# Weight formats: bytes per weight, and the tensor-core precision its GEMMs run in where the GPU
-# has it (otherwise weight-only: dequantised into 16-bit math, as Marlin/AWQ/GGUF kernels do).
-# Block-scaled formats carry their scales: NVFP4 one FP8 scale per 16 values (4.5 bits), OCP
-# MXFP4 one E8M0 scale per 32 (4.25 bits; OCP Microscaling spec v1.0), GGUF Q4_K_M about 4.85
-# bits (llama.cpp's quantize table), AWQ/GPTQ 4-bit with group-128 scales and zeros ~4.25 bits.
-FORMATS: dict[str, tuple[float, str]] = {
-    "fp16": (2.0, "fp16"), "bf16": (2.0, "bf16"), "fp8": (1.0, "fp8"), "int8": (1.0, "fp16"),
-    "int4": (0.5, "fp16"), "awq-int4": (4.25 / 8, "fp16"), "gguf-q4km": (4.85 / 8, "fp16"),
-    "nvfp4": (4.5 / 8, "fp4"), "mxfp4": (4.25 / 8, "fp4"),
-}
-BYTES = {name: nbytes for name, (nbytes, _) in FORMATS.items()}
-SERVE_PRECISIONS = tuple(FORMATS)
-KV_PRECISIONS = ("fp16", "bf16", "fp8")
-ACT_BYTES = 2.0
+__all__ = ["ACT_BYTES", "BYTES", "FORMATS", "KV_PRECISIONS", "SERVE_PRECISIONS", "ServePlan", "ServeResult",
+           "ServeTerms", "batch_at_slo", "decode_weight_bytes", "gemm_peak", "kv_bytes_per_token", "math_precision",
+           "max_batch", "serve", "serve_memory", "serve_terms", "serve_time", "weight_bytes"]
+
 PREFILL_BATCH = 8  # prompts an engine prefills together under load (chunked prefill mixes them in)
-
-
-@dataclass(frozen=True)
-class ServePlan:
-    """One replica type: its split, number formats, request shape, batch and engine traits."""
-
-    tp: int = 1
-    pp: int = 1
-    precision: str = "fp16"  # weight format (FORMATS)
-    kv_precision: str = "fp16"
-    input_len: int = 512
-    output_len: int = 256
-    batch: int | None = None  # sequences in flight per replica; None: the most that fit (maximum load)
-    batching: str = "continuous"  # or "static": prefill the whole batch, then decode it
-    requests: int = 0  # a burst of this many requests arriving at once (0: a steady stream)
-    variable_lengths: bool = False  # the lengths are a dataset's means (ShareGPT), not every request's
-    memory_fraction: float = 1.0  # share of the GPU's memory the engine takes (vLLM's gpu_memory_utilization)
-    kv_fraction: float = 0.9  # share of what is left after weights for the KV cache (TensorRT-LLM: 0.9)
-    max_seqs: int = 0  # the engine's cap on sequences in flight (vLLM's max_num_seqs); 0: none
-    reserved_memory: float = 2e9  # bytes per GPU: CUDA context, workspace, allocator slack
-    fp16_accumulate: bool = False  # 16-bit GEMMs accumulate in FP16 (GeForce: twice the FP32-accumulate rate)
-    prefill_ubatch: int = 0  # tokens per micro-batch a prompt is split into and pipelined over the stages (0: whole)
-    prefill_dequant: bool = False  # prompt GEMMs of weight-only formats first dequantise into a 16-bit copy
-
-    @property
-    def gpus(self) -> int:
-        return self.tp * self.pp
 
 
 @dataclass(frozen=True)
