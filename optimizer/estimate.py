@@ -139,9 +139,11 @@ def _check_train_shape(spec: ModelSpec, tp: int, pp: int, virtual_stages: int) -
 def estimate_serve(catalog: Catalog, model: str, gpu: str, gpus: int, input_len: int, output_len: int,
                    tp: int = 1, pp: int = 1, precision: str = "fp16", engine: str | None = None,
                    kv_precision: str = "fp16", batch: int | None = None, concurrency: int | None = None,
-                   server: str | None = None) -> Estimate:
+                   server: str | None = None, attention_dp: bool = False) -> Estimate:
     """Memory, TTFT, time per output token and throughput of a serving group. Without ``batch`` or
-    ``concurrency``: the saturated case, the largest batch that fits (a benchmark at maximum load)."""
+    ``concurrency``: the saturated case, the largest batch that fits (a benchmark at maximum load).
+    ``attention_dp``: attention data-parallel over each replica's TP group (MoE serving with
+    TensorRT-LLM's enable_attention_dp or SGLang's --enable-dp-attention)."""
     spec, server_id = _resolve(catalog, model, gpu, server, tp * pp)
     if batch is not None and concurrency is not None:
         raise ProblemError("give --batch or --concurrency, not both.")
@@ -159,7 +161,8 @@ def estimate_serve(catalog: Catalog, model: str, gpu: str, gpus: int, input_len:
     per_replica = batch if batch is not None else (-(-concurrency // replicas) if concurrency else None)
     engine_id = _stack(catalog, "serving", engine, gpu)
     plan = ServePlan(tp=tp, pp=pp, precision=precision, kv_precision=kv_precision, input_len=input_len,
-                     output_len=output_len, batch=per_replica, **catalog.serve_plan_traits(gpu, engine_id))
+                     output_len=output_len, batch=per_replica, attention_dp=attention_dp,
+                     **catalog.serve_plan_traits(gpu, engine_id))
     try:
         math_precision(catalog.device(gpu), precision)  # a GPU without tensor cores for it raises
         resolved = catalog.resolve("serving", gpu, precision, engine_id)
@@ -169,7 +172,8 @@ def estimate_serve(catalog: Catalog, model: str, gpu: str, gpus: int, input_len:
         raise ProblemError(f"--precision {precision}: {exc}.") from None
     out: dict[str, Any] = {
         "model": spec.name, "gpu": gpu, "server": server_id, "gpus": gpus, "replicas": replicas,
-        "tp": tp, "pp": pp, "precision": precision, "kv_precision": kv_precision, "engine": engine_id,
+        "tp": tp, "pp": pp, "attention_dp": attention_dp, "precision": precision, "kv_precision": kv_precision,
+        "engine": engine_id,
         "engine_default": engine is None, "extrapolated": list(resolved.extrapolated),
         "input_len": input_len, "output_len": output_len, "fits": r.fits, "max_batch": r.max_batch,
         "batch_per_replica": r.batch, "memory_gb_per_gpu": r.memory_per_gpu / 1e9,
@@ -194,7 +198,8 @@ def _serve_lines(out: dict[str, Any], extrapolated: tuple[str, ...]) -> tuple[st
     lo, hi = out["band_90"]["output_tokens_per_s"]
     return (
         f"{out['model']} on {out['gpus']} x {out['gpu']} ({out['server']}): {out['replicas']} replica(s) of "
-        f"TP={out['tp']} PP={out['pp']}, {out['precision']} weights, {out['kv_precision']} KV cache, "
+        f"TP={out['tp']} PP={out['pp']}{' (attention data-parallel)' if out['attention_dp'] else ''}, "
+        f"{out['precision']} weights, {out['kv_precision']} KV cache, "
         f"{out['input_len']} in / {out['output_len']} out",
         _stack_line("serving engine", out["engine"], out["engine_default"], extrapolated),
         f"memory per GPU {out['memory_gb_per_gpu']:,.1f} of {out['memory_capacity_gb']:,.0f} GB ({verdict}) "

@@ -186,3 +186,17 @@ def test_an_assumed_price_says_assumption_once():
     assert _src(Price(usd=1.0, date="2026-11", source="list price", assumption=False)) == "list price [2026-11]"
     out = run("solve", str(ROOT / "problems" / "lab_budget.yaml"), "--format", "json").output
     assert "assumption: assumption" not in out.lower()
+
+
+def test_estimate_serve_with_attention_data_parallelism():
+    """--attention-dp: each GPU keeps its own sequences' KV cache, so an MLA model fits a larger batch;
+    the text and the JSON say the layout."""
+    args = ["estimate", "serve", "--model", "deepseek-r1", "--gpu", "h200-sxm", "--gpus", "8", "--tp", "8",
+            "--precision", "fp8", "--kv-precision", "fp8", "--input-len", "1000", "--output-len", "1000",
+            "--format", "json"]
+    plain = json.loads(CliRunner().invoke(main, args).output)
+    dp = json.loads(CliRunner().invoke(main, args + ["--attention-dp"]).output)
+    assert dp["attention_dp"] and not plain["attention_dp"]
+    assert dp["max_batch"] > 5 * plain["max_batch"]
+    text = CliRunner().invoke(main, args[:-2] + ["--attention-dp"]).output
+    assert "TP=8 PP=1 (attention data-parallel)" in text

@@ -184,3 +184,24 @@ def test_dequantising_weight_only_formats_costs_a_pass_over_the_weights_per_micr
     assert extra == pytest.approx(2 * per_pass, rel=1e-9)
     fp16 = replace(plan, precision="fp16")
     assert _prefill_s(replace(fp16, prefill_dequant=True)) == _prefill_s(fp16)
+
+
+def test_attention_data_parallel_keeps_each_gpus_own_kv_and_the_attention_weights_whole(catalog):
+    """DeepSeek-R1 on 8 x H200: under TP every GPU keeps the MLA latent cache of every sequence;
+    attention-DP keeps each sequence's cache on one GPU (1/8 per sequence per GPU), at the price
+    of the attention weights held whole on each GPU. On one GPU the two are the same plan."""
+    from optimizer.perf import model as shape
+    from optimizer.perf.serve_memory import kv_bytes_per_gpu, max_batch, replicated_attention_bytes
+
+    m = catalog.models["deepseek-r1"].spec()
+    hw = catalog.hardware("h200-sxm", "hgx-hopper-8", None)
+    tp = ServePlan(tp=8, precision="fp8", kv_precision="fp8", input_len=1000, output_len=1000)
+    dp = replace(tp, attention_dp=True)
+    assert kv_bytes_per_gpu(m, dp, 2000) == pytest.approx(kv_bytes_per_gpu(m, tp, 2000) / 8)
+    extra = shape.attention_params(m) * m.layers * 1.0 * (1 - 1 / 8)  # fp8: a byte per weight
+    assert replicated_attention_bytes(m, dp) == pytest.approx(extra) and replicated_attention_bytes(m, tp) == 0
+    assert 5 * max_batch(m, hw, tp) < max_batch(m, hw, dp) < 8 * max_batch(m, hw, tp)
+    params = catalog.serve_params("h200-sxm", "fp8", "trtllm")
+    assert serve(m, hw, dp, params).output_tokens_per_s > 1.3 * serve(m, hw, tp, params).output_tokens_per_s
+    one = ServePlan(tp=1, precision="fp8", input_len=1000, output_len=1000, batch=8)
+    assert serve(m, hw, replace(one, attention_dp=True), params) == serve(m, hw, one, params)

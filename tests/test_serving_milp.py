@@ -213,3 +213,39 @@ def test_estimate_serve_json_keys():
     r = CliRunner().invoke(main, ["estimate", "serve", "--model", "llama2-70b", "--gpu", "h100-sxm", "--gpus", "8",
                                   "--input-len", "1", "--output-len", "1", "--batch", "2", "--concurrency", "3"])
     assert r.exit_code == 2 and "not both" in r.output
+
+
+DEEPSEEK_ON_H200 = """schema_version: 1
+name: deepseek-r1-serving
+description: "DeepSeek-R1 (fp8) at 20k output tokens/s on H200"
+workload:
+  kind: serve
+  model: deepseek-r1
+  precisions: [fp8]
+  kv_precision: fp8
+  classes:
+    - {name: chat, input_len: 1000, output_len: 1000, output_tokens_per_s: 20k, ttft_ms: 5000, tpot_ms: 100}
+objective: min_cost
+hardware:
+  allow_gpus: [h200-sxm]
+search:
+  tp: [4, 8]
+  pp: [1]
+"""
+
+
+def test_moe_serving_considers_attention_data_parallelism(catalog, tmp_path):
+    """An MoE model's replicas are tried with attention data-parallel over the TP group too; for
+    DeepSeek-R1 (MLA: under TP every GPU keeps every sequence's latent cache) it is the cheaper
+    layout, and the answer says so. A dense model never gets such candidates."""
+    path = tmp_path / "dsr1.yaml"
+    path.write_text(DEEPSEEK_ON_H200)
+    rec = recommend(load_problem(path, catalog), catalog)
+    assert any(c.plan.attention_dp for c in rec.table.serving)
+    assert all(r.plan.attention_dp for r, _ in rec.solution.replicas)
+    out = json.loads(CliRunner().invoke(main, ["solve", str(path), "--format", "json"]).output)
+    assert all(r["attention_dp"] for r in out["plan"]["replicas"])
+    text = CliRunner().invoke(main, ["solve", str(path)]).output
+    assert "(TP=8 PP=1 attention data-parallel, fp8 weights" in text or "(TP=4 PP=1 attention data-parallel" in text
+    dense = recommend(load_problem(ROOT / "problems" / "llama2_70b_serving_h100.yaml", catalog), catalog)
+    assert not any(c.plan.attention_dp for c in dense.table.serving)

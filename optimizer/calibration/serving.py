@@ -122,7 +122,11 @@ def _lengths(row, facts, assume) -> tuple[int, int, bool] | str:
     return out[0], out[1], variable
 
 
-def _measured(row, ignore: tuple[str, ...]) -> tuple[tuple[str, float], ...]:
+def _measured(row, ignore: tuple[str, ...], rate: bool = False) -> tuple[tuple[str, float], ...]:
+    """(metric, value) of every measurement the row gives and the source does not ``ignore``; at an
+    open-loop request ``rate`` the throughput is the rate's, so only the latencies are compared."""
+    if rate:
+        ignore += ("output_tokens_per_s", "total_tokens_per_s")
     out = []
     for metric, column in (("output_tokens_per_s", "throughput_output_tok_s"),
                            ("total_tokens_per_s", "throughput_total_tok_s"), ("ttft_ms", "ttft_ms"),
@@ -135,7 +139,7 @@ def _measured(row, ignore: tuple[str, ...]) -> tuple[tuple[str, float], ...]:
     return tuple(out)
 
 
-def serving_case(row: dict[str, str], catalog: Catalog, aliases: Aliases, sources) -> ServingCase | str:  # noqa: C901 (debt: split it, issue 14)
+def serving_case(row: dict[str, str], catalog: Catalog, aliases: Aliases, sources) -> ServingCase | str:  # noqa: C901 (one check per way a row can fail)
     """A row as a replica under a load, or the reason the model cannot express it."""
     found = claimed(row, sources, ("gpu_count", "tp", "pp"))
     if isinstance(found, str):
@@ -165,12 +169,12 @@ def serving_case(row: dict[str, str], catalog: Catalog, aliases: Aliases, source
         return f"{count} GPUs is not a multiple of TP {tp} x PP {pp}"
     named = facts.get("engine") or engine_of(row["engine"], aliases) or source.stack
     engine_id = catalog.stack("serving", named, place.gpu).id  # CatalogError, with a suggestion, if unknown
-    servers = [s for s in catalog.servers_for(place.gpu) if s.slots >= tp * pp and place.server in (None, s.id)]
-    if not servers:
-        return f"no server in the catalog holds {tp * pp} x {place.gpu} in one replica"
-    hw = catalog.hardware(place.gpu, servers[0].id, None)
+    hw = _hardware(catalog, place.gpu, place.server, tp * pp)
+    if isinstance(hw, str):
+        return hw
     plan = ServePlan(tp=tp, pp=pp, precision=fmt.weights, kv_precision=fmt.kv, input_len=lengths[0],
                      output_len=lengths[1], batching=facts.get("batching") or assume.get("batching", "continuous"),
+                     attention_dp=bool(facts.get("attention_dp", assume.get("attention_dp", False))),
                      **catalog.serve_plan_traits(place.gpu, engine_id))
     try:
         cap = max_batch(model := catalog.models[model_id].spec(), hw, plan)
@@ -184,21 +188,31 @@ def serving_case(row: dict[str, str], catalog: Catalog, aliases: Aliases, source
         terms = serve_terms(model, hw, plan, batch)
     except ValueError as exc:
         return str(exc)
-    ignore = tuple(facts.get("ignore", assume.get("ignore", ()))) + (
-        ("output_tokens_per_s", "total_tokens_per_s") if load[0] == "rate" else ())
-    measured = _measured(row, ignore)
+    measured = _measured(row, tuple(facts.get("ignore", assume.get("ignore", ()))), rate=load[0] == "rate")
     if not measured:
         return "no measured throughput or latency in the row"
     replicas = count // (tp * pp)
-    per_gpu = bool(facts.get("per_gpu", assume.get("per_gpu")))
-    regime = ("maximum load" if load[0] in ("max", "burst") else "request rate" if load[0] == "rate" else
-              ("batch 1" if batch == 1 else "fixed batch or concurrency"))
-    if lengths[2]:
-        regime += ", variable lengths"
-    config = (f"{model_id} {plan.precision}/{plan.kv_precision}-kv on {count} x {place.gpu} TP{tp} PP{pp} "
+    scale = replicas / count if facts.get("per_gpu", assume.get("per_gpu")) else float(replicas)
+    config = (f"{model_id} {plan.precision}/{plan.kv_precision}-kv on {count} x {place.gpu} TP{tp} PP{pp}"
+              f"{' attention-DP' if plan.attention_dp else ''} "
               f"[{engine_id}], {plan.input_len}/{plan.output_len}, {load[0]} batch {batch}")
-    return ServingCase(row["id"], source.id, engine_id, catalog.gpus[place.gpu].family, plan.precision, regime,
-                       config, model, hw, plan, terms, replicas / count if per_gpu else float(replicas), measured)
+    return ServingCase(row["id"], source.id, engine_id, catalog.gpus[place.gpu].family, plan.precision,
+                       _regime(load[0], batch, lengths[2]), config, model, hw, plan, terms, scale, measured)
+
+
+def _hardware(catalog: Catalog, gpu: str, server: str | None, gpus: int) -> Hardware | str:
+    """The first server (the one named, if any) that holds a replica of ``gpus`` GPUs, or why none does."""
+    servers = [s for s in catalog.servers_for(gpu) if s.slots >= gpus and server in (None, s.id)]
+    if not servers:
+        return f"no server in the catalog holds {gpus} x {gpu} in one replica"
+    return catalog.hardware(gpu, servers[0].id, None)
+
+
+def _regime(load: str, batch: int, variable: bool) -> str:
+    """The regime a row is reported under: maximum load, request rate, batch 1 or a fixed batch."""
+    regime = ("maximum load" if load in ("max", "burst") else "request rate" if load == "rate" else
+              ("batch 1" if batch == 1 else "fixed batch or concurrency"))
+    return regime + (", variable lengths" if variable else "")
 
 
 def serving_cases(catalog: Catalog, aliases: Aliases, sources, data_dir=None):

@@ -131,12 +131,15 @@ def estimate_train(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, mic
 @click.option("--concurrency", type=click.IntRange(min=1), default=None,
               help="Requests in flight across the whole group (split over the replicas).")
 @click.option("--server", "server_id", default=None, help="Server id (default: the first that takes the GPU).")
+@click.option("--attention-dp", is_flag=True, default=False,
+              help="Attention data-parallel over the TP group (each GPU keeps the KV cache of its own requests; "
+              "MoE serving with TensorRT-LLM enable_attention_dp or SGLang --enable-dp-attention).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @catalog_option
 @handle_errors
 def estimate_serve(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, precision: str, engine: str | None,
                    kv_precision: str, input_len: int, output_len: int, batch: int | None, concurrency: int | None,
-                   server_id: str | None, fmt: str, catalog_dir: Path | None) -> None:
+                   server_id: str | None, attention_dp: bool, fmt: str, catalog_dir: Path | None) -> None:
     """Memory, TTFT, time per output token and throughput of a serving group.
 
     Without --batch or --concurrency it reports the saturated case: the largest batch that
@@ -149,7 +152,7 @@ def estimate_serve(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, pre
     estimate = go.estimate_serve(
         model_ref, gpu_id, gpus, input_len, output_len, go.load_catalog(catalog_dir), tp=tp, pp=pp,
         precision=precision, engine=engine, kv_precision=kv_precision, batch=batch, concurrency=concurrency,
-        server=server_id)
+        server=server_id, attention_dp=attention_dp)
     click.echo(estimate.render(fmt), nl=False)
 
 

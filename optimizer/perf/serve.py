@@ -27,6 +27,16 @@ import numpy as np
 from optimizer.perf import model as shape
 from optimizer.perf.comm import collective_latency, p2p_time
 from optimizer.perf.params import Num, ServeParams
+from optimizer.perf.serve_memory import (
+    decode_weight_bytes,
+    dequant_bytes,
+    kv_bytes_per_gpu,
+    kv_bytes_per_token,
+    max_batch,
+    replicated_attention_bytes,
+    serve_memory,
+    weight_bytes,
+)
 from optimizer.perf.specs import (
     ACT_BYTES,
     BYTES,
@@ -130,53 +140,6 @@ def math_precision(dev: Device, precision: str) -> str:
     raise ValueError(f"{dev.name} has no tensor cores for {precision}")
 
 
-def weight_bytes(m: ModelSpec, precision: str) -> float:
-    return shape.param_count(m) * BYTES[precision]
-
-
-def kv_bytes_per_token(m: ModelSpec, kv_precision: str = "fp16") -> float:
-    """``2 · L · kv_heads · head_dim · bytes``: K and V of every layer (GQA keeps few KV heads).
-    Multi-head latent attention caches one compressed vector (kv_lora_rank + rotary key) per layer."""
-    if m.mla:
-        return m.layers * (m.kv_lora_rank + m.qk_rope_dim) * BYTES[kv_precision]
-    return 2.0 * m.layers * m.kv_heads * m.head_dim * BYTES[kv_precision]
-
-
-def kv_bytes_per_gpu(m: ModelSpec, plan: ServePlan, context: float) -> float:
-    """KV cache of one sequence at ``context`` tokens on one GPU. TP splits the KV heads (a head is
-    replicated when TP exceeds kv_heads; MLA's latent vector is replicated on every TP rank); PP
-    splits layers; windowed layers keep at most their window (vLLM's hybrid allocator)."""
-    layers = math.ceil(m.layers / plan.pp)
-    if m.mla:
-        per_layer = (m.kv_lora_rank + m.qk_rope_dim) * BYTES[plan.kv_precision]
-    else:
-        per_layer = 2.0 * math.ceil(m.kv_heads / plan.tp) * m.head_dim * BYTES[plan.kv_precision]
-    return layers * per_layer * m.attended(context)
-
-
-def decode_weight_bytes(m: ModelSpec, precision: str, batch: float) -> float:
-    """Weights one decode step reads: all of a dense model; of an MoE model, the dense part plus
-    the experts the batch touches, E·(1 − (1 − k/E)^b) per MoE layer for b tokens routed at random."""
-    total = weight_bytes(m, precision)
-    if not m.moe:
-        return total
-    experts = shape.expert_params(m) * BYTES[precision]
-    touched = 1.0 - (1.0 - m.experts_active / m.experts) ** max(batch, 0.0)
-    return float(total - experts + experts * touched)
-
-
-def dequant_bytes(m: ModelSpec, plan: ServePlan) -> float:
-    """Bytes one prefill pass moves to dequantise a weight-only format into 16-bit copies for
-    cuBLAS: the packed weights read, their 16-bit copies written (llama.cpp until June 2024 on GPUs
-    with tensor cores: PR #3412 'perform cublas mat mul of quantized types as f16', replaced by
-    int8 MMQ kernels in PR #8075). Engines whose kernels dequantise in registers (Marlin, MMQ,
-    TensorRT-LLM's weight-only GEMMs) move nothing extra: 0."""
-    nbytes, math = FORMATS[plan.precision]
-    if not plan.prefill_dequant or math != "fp16" or nbytes >= 2.0:
-        return 0.0
-    return shape.param_count(m) * (nbytes + 2.0)
-
-
 def active_matmul_params(m: ModelSpec) -> float:
     """Weights a token multiplies by: every layer's active matmuls and the LM head."""
     return shape.matmul_params_per_layer(m) * m.layers + m.vocab * m.hidden
@@ -187,26 +150,6 @@ def routed_matmul_params(m: ModelSpec) -> float:
     if not m.moe:
         return 0.0
     return m.moe_layers * m.experts_active * m.mlp_matrices * m.hidden * m.expert_ffn_hidden
-
-
-def serve_memory(m: ModelSpec, plan: ServePlan, batch: int) -> dict[str, float]:
-    """Bytes per GPU: weights, the KV cache of ``batch`` full-length sequences, one layer's
-    prefill activations, and the reserved runtime memory."""
-    context = plan.input_len + plan.output_len
-    weights = weight_bytes(m, plan.precision) / plan.gpus
-    kv = batch * kv_bytes_per_gpu(m, plan, context)
-    acts = min(plan.input_len, 8192) * (4.0 * m.hidden + 2.0 * m.ffn_hidden / plan.tp) * ACT_BYTES
-    return {"weights": weights, "kv_cache": kv, "activations": acts, "reserved": plan.reserved_memory}
-
-
-def max_batch(m: ModelSpec, hw: Hardware, plan: ServePlan) -> int:
-    """Largest number of full-length sequences whose KV cache fits beside the weights, capped by
-    the engine's limit on sequences in flight."""
-    fixed = serve_memory(m, plan, 0)
-    free = (hw.device.memory * plan.memory_fraction - sum(fixed.values())) * plan.kv_fraction
-    per_seq = kv_bytes_per_gpu(m, plan, plan.input_len + plan.output_len)
-    fit = max(0, int(free // per_seq))
-    return min(fit, plan.max_seqs) if plan.max_seqs else fit
 
 
 def _allreduce_parts(nbytes: float, hw: Hardware, plan: ServePlan) -> tuple[float, float]:
@@ -238,7 +181,7 @@ def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> Serv
         static=1.0 if plan.batching == "static" else 0.0, requests=float(plan.requests),
         variable=1.0 if plan.variable_lengths else 0.0,
         slots=float(max(micro, plan.pp)), layers=float(layers),
-        weight_bytes=decode_weight_bytes(m, plan.precision, mb) / plan.gpus,
+        weight_bytes=decode_weight_bytes(m, plan.precision, mb) / plan.gpus + replicated_attention_bytes(m, plan),
         expert_bytes=(decode_weight_bytes(m, plan.precision, mb) - weight_bytes(m, plan.precision)
                       + shape.expert_params(m) * BYTES[plan.precision]) / plan.gpus if m.moe else 0.0,
         kv_bytes=mb * kv_bytes_per_gpu(m, plan, context),
@@ -255,7 +198,7 @@ def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> Serv
         # causal attention over the prompt: a token attends to s/2 others on average (2·s²·h per layer)
         prefill_attention_flops=s * shape.attention_flops_per_token_layer(m, m.attended(s / 2.0)) * m.layers
         / plan.gpus,
-        prefill_weight_bytes=weight_bytes(m, plan.precision) / plan.gpus,
+        prefill_weight_bytes=weight_bytes(m, plan.precision) / plan.gpus + replicated_attention_bytes(m, plan),
         prefill_dequant_bytes=dequant_bytes(m, plan) / plan.gpus,
         prefill_comm_bw=layers * 2 * p_bw, prefill_comm_latency=layers * 2 * p_lat,
         prefill_send=(s / chunks * m.hidden * ACT_BYTES / link.effective_bw + link.latency) if plan.pp > 1 else 0.0,

@@ -8,6 +8,7 @@ replicas of different sizes always pack: GPUs ≤ slots × servers is then exact
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import replace
 
 from optimizer.catalog import Catalog, Gpu
@@ -33,9 +34,8 @@ def _math_supported(gpu: Gpu, precision: str) -> bool:
     return gpu.fp16_tflops is not None or gpu.bf16_tflops is not None
 
 
-def enumerate_serving(problem: Problem, catalog: Catalog) -> PlanTable:  # noqa: C901 (debt: split it, issue 14)
+def enumerate_serving(problem: Problem, catalog: Catalog) -> PlanTable:
     """Every replica type that fits and meets a class's latency limits; reasons for the rest."""
-    m = problem.model
     out: list[ServeCandidate] = []
     groups: dict[str, Group] = {}
     dropped: Counter[str] = Counter()
@@ -56,49 +56,70 @@ def enumerate_serving(problem: Problem, catalog: Catalog) -> PlanTable:  # noqa:
             continue
         best_miss: dict[str, tuple[float, str]] = {}
         before = len(out)
-        traits = catalog.serve_plan_traits(gpu_id, problem.stack)
         for group in usable:
-            hw = catalog.hardware(gpu_id, group.server, None)
-            for tp in problem.search.tp:
-                for pp in problem.search.pp:
-                    mp = tp * pp
-                    if not (_power_of_two(mp) and group.slots % mp == 0 and pp <= m.layers
-                            and tp_fits(m, tp, serving=True)):
-                        continue
-                    for precision in precisions:
-                        eff = catalog.serve_params(gpu_id, precision, problem.stack)
-                        for d in problem.demands:
-                            tried += 1
-                            # a confident plan: rates down, latencies up (more so where the values are
-                            # borrowed, and at maximum load, which is predicted less well than at a batch)
-                            factor = confidence_factor(problem, catalog, gpu_id, precision, d)
-                            plan = ServePlan(tp=tp, pp=pp, precision=precision, kv_precision=problem.kv_precision,
-                                             input_len=d.input_len, output_len=d.output_len, **traits)
-                            if max_batch(m, hw, plan) < 1:
-                                dropped["memory"] += 1
-                                need = serve(m, hw, replace(plan, batch=1), eff).memory_per_gpu / 1e9
-                                _note(best_miss, "memory", need, f"memory: needs {need:,.1f} GB per GPU for one "
-                                      f"{d.name} sequence at TP={tp} PP={pp} {precision}; has {gpu.memory_gb:g} GB")
-                                continue
-                            batch = batch_at_slo(m, hw, plan, eff, d.tpot_s and d.tpot_s * factor,
-                                                 d.ttft_s and d.ttft_s * factor)
-                            if batch < 1:
-                                dropped["latency"] += 1
-                                one = serve(m, hw, replace(plan, batch=1), eff)
-                                _note(best_miss, "latency", one.tpot, _latency_reason(d, one, tp, pp, precision))
-                                continue
-                            r = serve(m, hw, replace(plan, batch=batch), eff)
-                            key = f"{group.key}/{d.name}/tp{tp}-pp{pp}-{precision}-b{batch}"
-                            out.append(ServeCandidate(key, group.key, d.name, replace(plan, batch=batch),
-                                                      r.output_tokens_per_s * factor, r.ttft / factor,
-                                                      r.tpot / factor, r.memory_per_gpu / 1e9))
-                            groups[group.key] = group
+            for plan in _layouts(problem, catalog, group, precisions):
+                for d in problem.demands:
+                    tried += 1
+                    found = _candidate(problem, catalog, group, plan, d, dropped, best_miss)
+                    if found is not None:
+                        out.append(found)
+                        groups[group.key] = group
         if len(out) == before:
             gpu_reasons[gpu_id] = (best_miss.get("latency") or best_miss.get("memory") or (0, "no replica type"))[1]
     kept, pruned = prune_serving(out)
     used = {c.group for c in kept}
     return PlanTable((), {k: v for k, v in groups.items() if k in used}, dropped, gpu_reasons, tried, pruned,
                      tuple(kept))
+
+
+def _layouts(problem: Problem, catalog: Catalog, group: Group, precisions: list[str]) -> Iterator[ServePlan]:
+    """The replica layouts the search grid allows in ``group``: TP × PP a power of two dividing its
+    slots, each weight format. For an MoE model at TP > 1 also with attention data-parallel over the
+    TP group (each GPU keeps its own requests' KV cache and the attention weights whole; the experts
+    stay split), as TensorRT-LLM and SGLang serve DeepSeek, Qwen3-MoE and gpt-oss."""
+    m = problem.model
+    traits = catalog.serve_plan_traits(group.gpu, problem.stack)
+    for tp in problem.search.tp:
+        for pp in problem.search.pp:
+            mp = tp * pp
+            if not (_power_of_two(mp) and group.slots % mp == 0 and pp <= m.layers and tp_fits(m, tp, serving=True)):
+                continue
+            for precision in precisions:
+                plan = ServePlan(tp=tp, pp=pp, precision=precision, kv_precision=problem.kv_precision, **traits)
+                yield plan
+                if m.moe and tp > 1:
+                    yield replace(plan, attention_dp=True)
+
+
+def _candidate(problem: Problem, catalog: Catalog, group: Group, plan: ServePlan, d: Demand,
+               dropped: Counter[str], best_miss: dict[str, tuple[float, str]]) -> ServeCandidate | None:
+    """``plan`` for request class ``d`` at the largest batch within its latency limits, or None
+    (counted in ``dropped``, the closest miss kept in ``best_miss``)."""
+    m, gpu_id = problem.model, group.gpu
+    hw = catalog.hardware(gpu_id, group.server, None)
+    plan = replace(plan, input_len=d.input_len, output_len=d.output_len)
+    tp, pp, precision = plan.tp, plan.pp, plan.precision
+    eff = catalog.serve_params(gpu_id, precision, problem.stack)
+    # a confident plan: rates down, latencies up (more so where the values are borrowed, and at
+    # maximum load, which is predicted less well than at a batch)
+    factor = confidence_factor(problem, catalog, gpu_id, precision, d)
+    if max_batch(m, hw, plan) < 1:
+        dropped["memory"] += 1
+        need = serve(m, hw, replace(plan, batch=1), eff).memory_per_gpu / 1e9
+        _note(best_miss, "memory", need, f"memory: needs {need:,.1f} GB per GPU for one {d.name} sequence at "
+              f"TP={tp} PP={pp} {precision}; has {catalog.gpus[gpu_id].memory_gb:g} GB")
+        return None
+    batch = batch_at_slo(m, hw, plan, eff, d.tpot_s and d.tpot_s * factor, d.ttft_s and d.ttft_s * factor)
+    if batch < 1:
+        dropped["latency"] += 1
+        one = serve(m, hw, replace(plan, batch=1), eff)
+        _note(best_miss, "latency", one.tpot, _latency_reason(d, one, tp, pp, precision))
+        return None
+    r = serve(m, hw, replace(plan, batch=batch), eff)
+    layout = f"tp{tp}-pp{pp}" + ("-adp" if plan.attention_dp else "")
+    return ServeCandidate(f"{group.key}/{d.name}/{layout}-{precision}-b{batch}", group.key, d.name,
+                          replace(plan, batch=batch), r.output_tokens_per_s * factor, r.ttft / factor,
+                          r.tpot / factor, r.memory_per_gpu / 1e9)
 
 
 def _note(best: dict[str, tuple[float, str]], kind: str, value: float, reason: str) -> None:

@@ -115,7 +115,8 @@ def serve_checks(problem: Problem, catalog: Catalog, table: PlanTable,
         ok = ok and (d.ttft_s is None or res.ttft / factor <= d.ttft_s * (1 + SLACK))
         checks.append(Check(
             what="replica", ok=ok, measured=res.output_tokens_per_s * factor, limit=r.tokens_per_s,
-            text=f"{count} x {r.key.split('/')[0].split(':')[-1]} TP{r.plan.tp} PP{r.plan.pp} at batch "
+            text=f"{count} x {r.key.split('/')[0].split(':')[-1]} TP{r.plan.tp} PP{r.plan.pp}"
+                 f"{' attention-DP' if r.plan.attention_dp else ''} at batch "
                  f"{r.plan.batch}: {res.output_tokens_per_s:,.0f} tokens/s each, TPOT {res.tpot * 1e3:,.1f} ms, "
                  f"TTFT {res.ttft * 1e3:,.0f} ms, {res.memory_per_gpu / 1e9:,.1f} GB per GPU"))
     for d in problem.demands:

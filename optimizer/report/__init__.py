@@ -171,7 +171,8 @@ def _serving_plan(rec: Recommendation) -> dict[str, Any]:
         g = rec.table.groups[r.group]
         replicas.append({
             "class": r.demand, "gpu": g.gpu, "server": g.server, "offer": g.offer, "replicas": count, "tp": r.plan.tp,
-            "pp": r.plan.pp, "precision": r.plan.precision, "kv_precision": r.plan.kv_precision,
+            "pp": r.plan.pp, "attention_dp": r.plan.attention_dp, "precision": r.plan.precision,
+            "kv_precision": r.plan.kv_precision,
             "batch": r.plan.batch, "gpus": count * r.gpus_per_replica,
             "output_tokens_per_s_each": res.output_tokens_per_s, "output_tokens_per_s": count * res.output_tokens_per_s,
             "ttft_ms": res.ttft * 1e3, "tpot_ms": res.tpot * 1e3, "memory_gb_per_gpu": res.memory_per_gpu / 1e9,

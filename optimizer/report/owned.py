@@ -13,6 +13,7 @@ from typing import Any
 
 from optimizer.catalog import Catalog
 from optimizer.recommend import Recommendation, opex_per_watt, targets_of
+from optimizer.report.workloads import ADP
 
 
 def owned_account(rec: Recommendation, catalog: Catalog) -> list[dict[str, Any]]:
@@ -55,7 +56,8 @@ def _alone(rec: Recommendation, pool: str, idle: int) -> dict[str, Any]:
         return {}
     replicas = idle // best.gpus_per_replica
     return {"alone_output_tokens_per_s": replicas * best.tokens_per_s, "alone_replicas": replicas,
-            "alone_replica": f"TP={best.plan.tp} PP={best.plan.pp} {best.plan.precision}, batch {best.plan.batch}"}
+            "alone_replica": f"TP={best.plan.tp} PP={best.plan.pp}{ADP if best.plan.attention_dp else ''} "
+                             f"{best.plan.precision}, batch {best.plan.batch}"}
 
 
 def _why(kind: str, e: dict[str, Any]) -> str:

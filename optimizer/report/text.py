@@ -9,7 +9,7 @@ from typing import Any
 from optimizer.report.bom import _bom_table, _money
 from optimizer.report.owned import owned_lines
 from optimizer.report.tco import break_even_lines, cost_lines, price_lines
-from optimizer.report.workloads import workloads_text
+from optimizer.report.workloads import ADP, workloads_text
 
 
 def network_line(net: dict[str, Any]) -> str:
@@ -144,7 +144,8 @@ def _serving_text(s: dict[str, Any], h) -> list[str]:
     for r in plan["replicas"]:
         where = f"rented from {r['offer']}" if r.get("offer") else f"in {r['server']}"
         lines.append(f"{r['class']}: {r['replicas']} replica(s) of {r['tp'] * r['pp']} x {r['gpu']} {where} "
-                     f"(TP={r['tp']} PP={r['pp']}, {r['precision']} weights, {r['kv_precision']} KV), "
+                     f"(TP={r['tp']} PP={r['pp']}{ADP if r['attention_dp'] else ''}, {r['precision']} weights, "
+                     f"{r['kv_precision']} KV), "
                      f"batch {r['batch']}: {r['output_tokens_per_s_each']:,.0f} output tokens/s each, "
                      f"TTFT {r['ttft_ms']:,.0f} ms, TPOT {r['tpot_ms']:,.1f} ms.")
     lines.append(f"In all {plan['gpus']} GPUs ({', '.join(plan['gpu_types'])}) in {plan['servers']} servers; "

@@ -13,6 +13,8 @@ from optimizer.catalog import Catalog
 from optimizer.problem import answer_regime
 from optimizer.recommend import Recommendation
 
+ADP = " attention data-parallel"  # after TP=… PP=… for a replica whose attention is data-parallel
+
 
 def predicted_capacity(replicas: list[dict[str, Any]], name: str) -> float:
     """A class's output tokens/s as the model predicts them (the re-check of each replica type):
@@ -51,7 +53,8 @@ def workloads_plan(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
                 g, res = groups[r.group], replica_perf[r.key]
                 replicas.append({"class": r.demand.split("/", 1)[1], "group": g.key, "gpu": g.gpu, "server": g.server,
                                  "fabric": g.fabric, "offer": g.offer, "replicas": n, "tp": r.plan.tp, "pp": r.plan.pp,
-                                 "precision": r.plan.precision, "batch": r.plan.batch, "gpus": n * r.gpus_per_replica,
+                                 "attention_dp": r.plan.attention_dp, "precision": r.plan.precision,
+                                 "batch": r.plan.batch, "gpus": n * r.gpus_per_replica,
                                  "output_tokens_per_s_each": res.output_tokens_per_s, "ttft_ms": res.ttft * 1e3,
                                  "tpot_ms": res.tpot * 1e3, "candidate": r.key})
             capacity = sol.serving_capacity()
@@ -102,7 +105,8 @@ def workloads_text(s: dict[str, Any], h, acquire) -> list[str]:
         lines.append(head)
         for r in w["replicas"]:
             lines.append(f"  {r['class']}: {r['replicas']} replica(s) of {r['tp'] * r['pp']} x {r['gpu']} {_where(r)} "
-                         f"(TP={r['tp']} PP={r['pp']}, {r['precision']}), batch {r['batch']}: "
+                         f"(TP={r['tp']} PP={r['pp']}{ADP if r['attention_dp'] else ''}, {r['precision']}), "
+                         f"batch {r['batch']}: "
                          f"{r['output_tokens_per_s_each']:,.0f} output tokens/s each, TTFT {r['ttft_ms']:,.0f} ms, "
                          f"TPOT {r['tpot_ms']:,.1f} ms.")
         lines += [f"  {c['name']}: capacity {c['capacity_output_tokens_per_s']:,.0f} of "

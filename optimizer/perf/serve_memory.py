@@ -1,0 +1,93 @@
+"""Serving memory: the bytes a replica's weights and KV cache take on each GPU, and the largest
+batch that fits beside them (Kwon et al. 2023, PagedAttention: the KV cache is what bounds the
+batch). Pure functions of the frozen specs, like the rest of ``optimizer.perf``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from optimizer.perf import model as shape
+from optimizer.perf.specs import ACT_BYTES, BYTES, FORMATS, Hardware, ModelSpec, ServePlan
+
+
+def weight_bytes(m: ModelSpec, precision: str) -> float:
+    return shape.param_count(m) * BYTES[precision]
+
+
+def kv_bytes_per_token(m: ModelSpec, kv_precision: str = "fp16") -> float:
+    """``2 · L · kv_heads · head_dim · bytes``: K and V of every layer (GQA keeps few KV heads).
+    Multi-head latent attention caches one compressed vector (kv_lora_rank + rotary key) per layer."""
+    if m.mla:
+        return m.layers * (m.kv_lora_rank + m.qk_rope_dim) * BYTES[kv_precision]
+    return 2.0 * m.layers * m.kv_heads * m.head_dim * BYTES[kv_precision]
+
+
+def kv_bytes_per_gpu(m: ModelSpec, plan: ServePlan, context: float) -> float:
+    """KV cache of one sequence at ``context`` tokens on one GPU, averaged over the replica's GPUs.
+    TP splits the KV heads (a head is replicated when TP exceeds kv_heads; MLA's latent vector is
+    replicated on every TP rank); PP splits layers; windowed layers keep at most their window (vLLM's
+    hybrid allocator). With attention data parallelism a sequence's whole cache lives on one GPU of
+    the group, so each holds 1/tp of the sequences and nothing is replicated (the point of DP
+    attention for MLA: SGLang's DeepSeek blog, 2024; TensorRT-LLM's DeepSeek-R1 throughput guide)."""
+    layers = math.ceil(m.layers / plan.pp)
+    kv_heads = m.kv_heads if plan.attention_dp else math.ceil(m.kv_heads / plan.tp)
+    if m.mla:
+        per_layer = (m.kv_lora_rank + m.qk_rope_dim) * BYTES[plan.kv_precision]
+    else:
+        per_layer = 2.0 * kv_heads * m.head_dim * BYTES[plan.kv_precision]
+    share = 1.0 / plan.tp if plan.attention_dp else 1.0
+    return layers * per_layer * m.attended(context) * share
+
+
+def replicated_attention_bytes(m: ModelSpec, plan: ServePlan) -> float:
+    """Bytes per GPU beyond an even split that attention data parallelism costs: every GPU of the
+    TP group keeps its stages' attention weights whole instead of 1/tp of them (0 without it)."""
+    if not plan.attention_dp or plan.tp == 1:
+        return 0.0
+    whole = shape.attention_params(m) * math.ceil(m.layers / plan.pp) * BYTES[plan.precision]
+    return whole * (1.0 - 1.0 / plan.tp)
+
+
+def decode_weight_bytes(m: ModelSpec, precision: str, batch: float) -> float:
+    """Weights one decode step reads: all of a dense model; of an MoE model, the dense part plus
+    the experts the batch touches, E·(1 − (1 − k/E)^b) per MoE layer for b tokens routed at random."""
+    total = weight_bytes(m, precision)
+    if not m.moe:
+        return total
+    experts = shape.expert_params(m) * BYTES[precision]
+    touched = 1.0 - (1.0 - m.experts_active / m.experts) ** max(batch, 0.0)
+    return float(total - experts + experts * touched)
+
+
+def dequant_bytes(m: ModelSpec, plan: ServePlan) -> float:
+    """Bytes one prefill pass moves to dequantise a weight-only format into 16-bit copies for
+    cuBLAS: the packed weights read, their 16-bit copies written (llama.cpp until June 2024 on GPUs
+    with tensor cores: PR #3412 'perform cublas mat mul of quantized types as f16', replaced by
+    int8 MMQ kernels in PR #8075). Engines whose kernels dequantise in registers (Marlin, MMQ,
+    TensorRT-LLM's weight-only GEMMs) move nothing extra: 0."""
+    nbytes, math = FORMATS[plan.precision]
+    if not plan.prefill_dequant or math != "fp16" or nbytes >= 2.0:
+        return 0.0
+    return shape.param_count(m) * (nbytes + 2.0)
+
+
+def serve_memory(m: ModelSpec, plan: ServePlan, batch: int) -> dict[str, float]:
+    """Bytes per GPU: weights, the KV cache of ``batch`` full-length sequences, one layer's
+    prefill activations, and the reserved runtime memory."""
+    context = plan.input_len + plan.output_len
+    weights = weight_bytes(m, plan.precision) / plan.gpus + replicated_attention_bytes(m, plan)
+    kv = batch * kv_bytes_per_gpu(m, plan, context)
+    acts = min(plan.input_len, 8192) * (4.0 * m.hidden + 2.0 * m.ffn_hidden / plan.tp) * ACT_BYTES
+    return {"weights": weights, "kv_cache": kv, "activations": acts, "reserved": plan.reserved_memory}
+
+
+def max_batch(m: ModelSpec, hw: Hardware, plan: ServePlan) -> int:
+    """Largest number of full-length sequences whose KV cache fits beside the weights, capped by
+    the engine's limit on sequences in flight."""
+    fixed = serve_memory(m, plan, 0)
+    free = (hw.device.memory * plan.memory_fraction - sum(fixed.values())) * plan.kv_fraction
+    per_seq = kv_bytes_per_gpu(m, plan, plan.input_len + plan.output_len)
+    fit = max(0, int(free // per_seq))
+    cap = plan.max_seqs * (plan.tp if plan.attention_dp else 1)  # each attention-DP rank schedules its own
+    return min(fit, cap) if cap else fit
