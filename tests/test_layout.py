@@ -31,11 +31,10 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("cli", ("cli",)),
 )
 
-# Debt: modules over MAX_MODULE_LINES and functions over MAX_FUNCTION_LINES today, at most this long.
+# Debt: modules over MAX_MODULE_LINES and functions over MAX_FUNCTION_LINES, at most this long (paid off:
+# keep the ledgers for the next exception, which must shrink the same way).
 LONG_MODULES: dict[str, int] = {}
-LONG_FUNCTIONS: dict[str, int] = {
-    "problem.resolve.problem_from_data": 98,
-}
+LONG_FUNCTIONS: dict[str, int] = {}
 
 
 def _modules() -> dict[str, Path]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from optimizer.catalog import AT_BATCH, AT_MAX_LOAD, Catalog, gpu_names
 from optimizer.catalog.stacks import Kind
@@ -21,10 +21,12 @@ from optimizer.problem.procurement import (
 from optimizer.problem.schema import (
     SCHEMA_VERSION,
     GlobalBatch,
+    HardwareChoice,
     InlineModel,
     ProblemFile,
     ServeWorkload,
     TrainPhase,
+    Workload,
 )
 from optimizer.validation import read_yaml, short_repr, thousands_in_flow, validate
 
@@ -166,41 +168,11 @@ def problem_from_data(data: dict[str, Any], path: Path, catalog: Catalog, check_
         _check_tp(path, data, [(model, serving)])
     seq_len = model.seq_len if isinstance(w, ServeWorkload) else (w.seq_len or model.seq_len)
     tokens = 0.0 if isinstance(w, ServeWorkload) else float(w.tokens)
-
-    if serving and spec.objective != "min_cost":
-        raise ProblemError(f"{path}: field 'objective': a serving workload is planned at minimum cost for its "
-                           "demand. To fix: use objective: min_cost (the demand is in workload.classes).")
-    if spec.objective == "min_cost" and spec.deadline_days is None and not serving:
-        raise ProblemError(f"{path}: objective min_cost needs 'deadline_days'. To fix: add deadline_days: 30,"
-                           " or use objective: min_time with a budget.")
-    if spec.objective == "min_time" and spec.budget is None and spec.site.power_cap_kw is None:
-        raise ProblemError(f"{path}: objective min_time needs a 'budget' (or at least a power cap), or the "
-                           "fastest cluster is unbounded. To fix: add budget: {usd: 500000}.")
-    budget = float(spec.budget.usd) if spec.budget else None
-
+    _check_objective(path, spec, serving)
     gb = GlobalBatch(max_seqs=1) if isinstance(w, ServeWorkload) else w.global_batch
-    max_seqs = gb.max_seqs
-    if max_seqs is None:
-        max_tokens = float(gb.max_tokens) if gb.max_tokens is not None else 4e6
-        max_seqs = max(1, int(max_tokens // seq_len))
-    if gb.min_seqs > max_seqs:
-        raise ProblemError(f"{path}: field 'workload.global_batch': min_seqs {gb.min_seqs} exceeds max_seqs "
-                           f"{max_seqs}. To fix: lower min_seqs or raise max_seqs.")
-
+    max_seqs = _max_global_batch(path, gb, seq_len)
     hw = spec.hardware
-    _check_ids(path, "hardware.allow_gpus", hw.allow_gpus or (), catalog.gpus)
-    _check_ids(path, "hardware.exclude_gpus", hw.exclude_gpus, catalog.gpus)
-    _check_ids(path, "hardware.exclude_servers", hw.exclude_servers, catalog.servers)
-    _check_ids(path, "hardware.exclude_fabrics", hw.exclude_fabrics, catalog.fabrics)
-    # by default every purchasable GPU; entries kept for calibration only (purchasable: false) when listed
-    allowed = hw.allow_gpus if hw.allow_gpus is not None else tuple(g for g, gpu in catalog.gpus.items()
-                                                                     if gpu.purchasable)
-    gpus = tuple(g for g in allowed if g not in hw.exclude_gpus)
-    if not gpus:
-        raise ProblemError(f"{path}: field 'hardware': the allow and exclude lists leave no GPU. "
-                           "To fix: allow at least one GPU.")
-
-    extra = resolve_procurement(path, spec, gpus, catalog)
+    extra = resolve_procurement(path, spec, _allowed_gpus(path, hw, catalog), catalog)
     fac = catalog.facility
     pue = spec.site.pue or (fac.pue.datacenter.value if spec.site.datacenter else fac.pue.other.value)
     return Problem(
@@ -208,15 +180,13 @@ def problem_from_data(data: dict[str, Any], path: Path, catalog: Catalog, check_
         path=path,
         description=spec.description,
         model=model,
-        model_id=w.model if isinstance(w.model, str) else model.name,
         tokens=tokens,
-        precision="bf16" if isinstance(w, ServeWorkload) else w.precision,
         seq_len=seq_len,
         min_global_batch=gb.min_seqs,
         max_global_batch=max_seqs,
         objective=Objective(spec.objective),
         deadline_s=spec.deadline_days * 86400.0 if spec.deadline_days else None,
-        budget_usd=budget,
+        budget_usd=float(spec.budget.usd) if spec.budget else None,
         budget_covers=BudgetCovers(spec.budget.covers) if spec.budget else BudgetCovers.CAPEX,
         datacenter=spec.site.datacenter,
         allow_workstations=(spec.site.allow_workstations if spec.site.allow_workstations is not None
@@ -231,18 +201,79 @@ def problem_from_data(data: dict[str, Any], path: Path, catalog: Catalog, check_
         max_gpus=hw.max_gpus,
         search=spec.search,
         solver=spec.solver,
-        kind="serve" if serving else "train",
-        demands=tuple(Demand(c.name, c.input_len, c.output_len, c.demand,
-                             c.ttft_ms / 1e3 if c.ttft_ms else None, c.tpot_ms / 1e3 if c.tpot_ms else None)
-                      for c in w.classes) if isinstance(w, ServeWorkload) else (),
-        serve_precisions=tuple(dict.fromkeys(w.precisions)) if isinstance(w, ServeWorkload) else (),
-        kv_precision=w.kv_precision if isinstance(w, ServeWorkload) else "fp16",
-        stack=(_stack(path, catalog, "serving", w.engine) if isinstance(w, ServeWorkload)
-               else _stack(path, catalog, "training", w.stack)),
+        **_workload_fields(path, catalog, w, model),
         confidence=spec.confidence,
         oversubscription=spec.network.oversubscription,
         **extra,
     )
+
+
+def _check_objective(path: Path, spec: ProblemFile, serving: bool) -> None:
+    """The objective has what it needs: serving is planned at minimum cost; min_cost training needs a
+    deadline, min_time a budget or a power cap (else the fastest cluster is unbounded)."""
+    if serving and spec.objective != "min_cost":
+        raise ProblemError(f"{path}: field 'objective': a serving workload is planned at minimum cost for its "
+                           "demand. To fix: use objective: min_cost (the demand is in workload.classes).")
+    if spec.objective == "min_cost" and spec.deadline_days is None and not serving:
+        raise ProblemError(f"{path}: objective min_cost needs 'deadline_days'. To fix: add deadline_days: 30,"
+                           " or use objective: min_time with a budget.")
+    if spec.objective == "min_time" and spec.budget is None and spec.site.power_cap_kw is None:
+        raise ProblemError(f"{path}: objective min_time needs a 'budget' (or at least a power cap), or the "
+                           "fastest cluster is unbounded. To fix: add budget: {usd: 500000}.")
+
+
+def _max_global_batch(path: Path, gb: GlobalBatch, seq_len: int) -> int:
+    """The most sequences per step: as given, or max_tokens (default 4M) over the sequence length."""
+    max_seqs = gb.max_seqs
+    if max_seqs is None:
+        max_tokens = float(gb.max_tokens) if gb.max_tokens is not None else 4e6
+        max_seqs = max(1, int(max_tokens // seq_len))
+    if gb.min_seqs > max_seqs:
+        raise ProblemError(f"{path}: field 'workload.global_batch': min_seqs {gb.min_seqs} exceeds max_seqs "
+                           f"{max_seqs}. To fix: lower min_seqs or raise max_seqs.")
+    return max_seqs
+
+
+def _allowed_gpus(path: Path, hw: HardwareChoice, catalog: Catalog) -> tuple[str, ...]:
+    """The GPUs the allow and exclude lists leave (every id checked against the catalog): by default
+    every purchasable GPU; entries kept for calibration only (purchasable: false) when listed."""
+    _check_ids(path, "hardware.allow_gpus", hw.allow_gpus or (), catalog.gpus)
+    _check_ids(path, "hardware.exclude_gpus", hw.exclude_gpus, catalog.gpus)
+    _check_ids(path, "hardware.exclude_servers", hw.exclude_servers, catalog.servers)
+    _check_ids(path, "hardware.exclude_fabrics", hw.exclude_fabrics, catalog.fabrics)
+    allowed = hw.allow_gpus if hw.allow_gpus is not None else tuple(g for g, gpu in catalog.gpus.items()
+                                                                     if gpu.purchasable)
+    gpus = tuple(g for g in allowed if g not in hw.exclude_gpus)
+    if not gpus:
+        raise ProblemError(f"{path}: field 'hardware': the allow and exclude lists leave no GPU. "
+                           "To fix: allow at least one GPU.")
+    return gpus
+
+
+class _WorkloadFields(TypedDict):
+    kind: str
+    model_id: str
+    precision: str
+    demands: tuple[Demand, ...]
+    serve_precisions: tuple[str, ...]
+    kv_precision: str
+    stack: str | None
+
+
+def _workload_fields(path: Path, catalog: Catalog, w: Workload | ServeWorkload,
+                     model: ModelSpec) -> _WorkloadFields:
+    """The Problem fields that depend on the workload's kind: its request classes in SI units
+    (latency limits in seconds) and formats when it serves, its precision when it trains, and the
+    stack or engine it names (checked against the catalog)."""
+    model_id = w.model if isinstance(w.model, str) else model.name
+    if isinstance(w, ServeWorkload):
+        demands = tuple(Demand(c.name, c.input_len, c.output_len, c.demand, c.ttft_ms / 1e3 if c.ttft_ms else None,
+                               c.tpot_ms / 1e3 if c.tpot_ms else None) for c in w.classes)
+        return _WorkloadFields(kind="serve", model_id=model_id, precision="bf16", demands=demands,
+                               serve_precisions=tuple(dict.fromkeys(w.precisions)), kv_precision=w.kv_precision,
+                               stack=_stack(path, catalog, "serving", w.engine))
+    return _WorkloadFields(kind="train", model_id=model_id, precision=w.precision, demands=(), serve_precisions=(),
+                           kv_precision="fp16", stack=_stack(path, catalog, "training", w.stack))
 
 
 def _stack(path: Path, catalog: Catalog, kind: Kind, ident: str | None) -> str | None:
