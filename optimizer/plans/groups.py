@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import TypedDict
 
-from optimizer.catalog import HOURS_PER_YEAR, Catalog, Gpu
+from optimizer.catalog import HOURS_PER_YEAR, Catalog, Gpu, Server
 from optimizer.problem import Problem
 from optimizer.problem.enums import BudgetCovers
 from optimizer.problem.procurement import Owned
@@ -152,13 +152,24 @@ def _site_groups(problem: Problem, catalog: Catalog, gpu_id: str, role: str) -> 
         for fid in fabrics:
             network: _FabricFields = _fabric_fields(catalog, fid, problem.oversubscription) if fid is not None else {}
             groups.append(replace(
-                Group(gpu_id, server.id, fid, server.slots, server.full_only, gpu.price.usd, server.price.usd,
-                      gpu.tdp_w, server.base_power_w, 0, 0.0, 0.0, 0, 0.0, 0.0, role, server.rack_units,
-                      owned.count if owned else 0, owned.servers if owned else 0,
-                      bool(owned and fid is not None and owned.fabric == fid), owned.pool if owned else None,
-                      buy_cap=problem.buy_cap(gpu_id), owned_only=tower_barred),
+                bare_group(gpu_id, server, fid, role, gpu_usd=gpu.price.usd, server_usd=server.price.usd,
+                      gpu_w=gpu.tdp_w, server_w=server.base_power_w),
+                owned_gpus=owned.count if owned else 0, owned_servers=owned.servers if owned else 0,
+                owned_nics=bool(owned and fid is not None and owned.fabric == fid),
+                pool=owned.pool if owned else None, buy_cap=problem.buy_cap(gpu_id), owned_only=tower_barred,
                 **network))
     return groups
+
+
+def bare_group(gpu: str, server: Server, fabric: str | None, role: str, full_only: bool | None = None,
+          gpu_usd: float = 0.0, server_usd: float = 0.0, gpu_w: float = 0.0, server_w: float = 0.0) -> Group:
+    """A group of ``gpu`` in ``server`` on ``fabric`` with its prices and powers, before the fabric's
+    parts (``_fabric_fields``), owned inventory or a rental are set on it (a rental has no capex and
+    no site power: 0)."""
+    return Group(gpu=gpu, server=server.id, fabric=fabric, slots=server.slots,
+                 full_only=server.full_only if full_only is None else full_only, gpu_usd=gpu_usd,
+                 server_usd=server_usd, gpu_w=gpu_w, server_w=server_w, ports_per_server=0, port_usd=0.0,
+                 port_w=0.0, switch_ports=0, switch_usd=0.0, switch_w=0.0, role=role, rack_units=server.rack_units)
 
 
 class _FabricFields(TypedDict, total=False):
@@ -218,11 +229,11 @@ def _rented_groups(problem: Problem, catalog: Catalog, gpu_id: str, role: str) -
             continue
         server = catalog.servers[offer.server]
         fabric = offer.fabric if role == "train" else None
-        groups.append(Group(gpu_id, server.id, fabric, server.slots, offer.gpus_per_instance == server.slots,
-                            0.0, 0.0, 0.0, 0.0, 0, 0.0, 0.0, 0, 0.0, 0.0, role, server.rack_units,
-                            offer=oid, rent_usd_per_gpu_h=offer.price.usd,
-                            rent_hours=rent_hours(problem, offer.term_hours, role),
-                            rent_step=offer.gpus_per_instance, buy_cap=offer.max_gpus))
+        whole = offer.gpus_per_instance == server.slots  # rented by the whole server
+        groups.append(replace(bare_group(gpu_id, server, fabric, role, full_only=whole),
+                              offer=oid, rent_usd_per_gpu_h=offer.price.usd,
+                              rent_hours=rent_hours(problem, offer.term_hours, role),
+                              rent_step=offer.gpus_per_instance, buy_cap=offer.max_gpus))
     return groups
 
 

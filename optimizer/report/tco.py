@@ -12,7 +12,7 @@ from typing import Any
 
 from optimizer.catalog import HOURS_PER_YEAR, Catalog, Offer, Price
 from optimizer.milp import GroupCount, capex_parts, group_costs, purchase, solution_costs
-from optimizer.plans import Group
+from optimizer.plans.groups import Group, bare_group
 from optimizer.recommend import Recommendation, colocation_per_watt, electricity_per_watt, targets_of
 
 
@@ -107,9 +107,9 @@ def break_even(rec: Recommendation, catalog: Catalog) -> list[dict[str, Any]]:
         if g.rented:  # what buying the same GPUs in the offer's server type would cost
             offer = catalog.offers[g.offer or ""]
             server = catalog.servers[g.server]
-            site = Group(g.gpu, g.server, None, g.slots, server.full_only, catalog.gpus[g.gpu].price.usd,
-                         server.price.usd, catalog.gpus[g.gpu].tdp_w, server.base_power_w, 0, 0.0, 0.0, 0, 0.0,
-                         0.0, rack_units=server.rack_units)
+            gpu = catalog.gpus[g.gpu]
+            site = bare_group(g.gpu, server, None, "train", gpu_usd=gpu.price.usd, server_usd=server.price.usd,
+                              gpu_w=gpu.tdp_w, server_w=server.base_power_w)
             count = purchase(site, b.gpus)
         else:
             offer = _cheapest_offer(catalog, g.gpu)
