@@ -14,7 +14,7 @@ from optimizer.catalog import AT_BATCH, AT_MAX_LOAD, Catalog
 from optimizer.errors import CatalogError, ProblemError, suggest
 from optimizer.perf.params import ServeParams, TrainParams
 from optimizer.perf.serve import ServePlan, math_precision, serve
-from optimizer.perf.specs import ModelSpec, TrainPlan
+from optimizer.perf.specs import ModelSpec, TrainPlan, as_precision, as_recompute
 from optimizer.perf.train import train_step
 from optimizer.problem import resolve_model
 from optimizer.validation import parse_quantity
@@ -48,6 +48,10 @@ def estimate_train(catalog: Catalog, model: str, gpu: str, gpus: int, tp: int = 
                    server: str | None = None, fabric: str | None = None, tokens: str | float | None = None
                    ) -> Estimate:
     """Memory, step time, tokens/s, TFLOP/s per GPU, MFU and days for one training configuration."""
+    try:
+        train_precision, recompute_mode = as_precision(precision), as_recompute(recompute)
+    except ValueError as exc:
+        raise ProblemError(f"{exc}.") from None
     try:  # a bad --tokens is bad input, found before any work
         n_tokens = parse_quantity(tokens) if tokens is not None else None
     except ValueError as exc:
@@ -69,7 +73,8 @@ def estimate_train(catalog: Catalog, model: str, gpu: str, gpus: int, tp: int = 
     _check_train_shape(spec, tp, pp, virtual_stages)
     stack_id = _stack(catalog, "training", stack, gpu)
     plan = TrainPlan(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, num_micro_batches=gb // (dp * micro_batch),
-                     recompute=recompute, sequence_parallel=sequence_parallel, zero=zero, precision=precision,
+                     recompute=recompute_mode, sequence_parallel=sequence_parallel, zero=zero,
+                     precision=train_precision,
                      seq_len=s, virtual_stages=virtual_stages, ep=ep, cp=cp,
                      **catalog.train_plan_traits(gpu, stack_id))
     hw = catalog.hardware(gpu, server_id, fabric_id)

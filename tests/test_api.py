@@ -135,3 +135,16 @@ def test_the_cli_uses_only_the_api():
             for name in modules:
                 if name.startswith("optimizer.") and not name.startswith(("optimizer.api", "optimizer.cli")):
                     raise AssertionError(f"cli/{path.name} imports {name}")
+
+
+def test_training_precision_and_recompute_are_closed_sets():
+    """The plan's precision and recomputation are Literal types; text from outside (the API, data)
+    is checked into them, and an unknown value names the choices."""
+    from optimizer.perf.specs import PRECISIONS, RECOMPUTE_MODES, as_precision, as_recompute
+
+    assert PRECISIONS == ("bf16", "fp16", "fp8", "fp4") and RECOMPUTE_MODES == ("none", "selective", "full")
+    assert as_precision("fp8") == "fp8" and as_recompute("full") == "full"
+    with pytest.raises(go.ProblemError, match="unknown training precision 'fp32': one of bf16, fp16, fp8, fp4"):
+        go.estimate_train("llama2-7b", "h100-sxm", 8, precision="fp32")
+    with pytest.raises(go.ProblemError, match="unknown recomputation 'some': one of none, selective, full"):
+        go.estimate_train("llama2-7b", "h100-sxm", 8, recompute="some")

@@ -24,7 +24,7 @@ from optimizer.calibration.data import (
     to_int,
 )
 from optimizer.catalog import Catalog
-from optimizer.perf.specs import Hardware, ModelSpec, TrainPlan
+from optimizer.perf.specs import Hardware, ModelSpec, Precision, TrainPlan, as_precision
 from optimizer.perf.train import TrainTerms, train_terms
 
 METRICS = (("mfu", "mfu_pct", 0.01), ("tflops_per_gpu", "achieved_tflops_per_gpu", 1.0),
@@ -93,9 +93,9 @@ def _recompute(text: str) -> str | None:
     return None
 
 
-def _precision(text: str, aliases: Aliases) -> str:
+def _precision(text: str, aliases: Aliases) -> Precision:
     if text in aliases.training_precisions:
-        return aliases.training_precisions[text]
+        return as_precision(aliases.training_precisions[text])
     t = text.lower()
     if re.search(r"nvfp4|mxfp4|\bfp4", t):
         return "fp4"
@@ -197,7 +197,9 @@ def _plan(row, facts, assume, layout: dict[str, int], seq: int, aliases: Aliases
     zero = _get(row, facts, assume, "zero", "zero_stage", parse=_zero)
     if recompute is None or zero is None:
         return f"recompute '{row['recompute']}' or sharding '{row['zero_stage']}' not modelled"
-    precision = facts.get("precision") or _precision(row["precision"] or str(assume.get("precision", "")), aliases)
+    stated = facts.get("precision")
+    precision = as_precision(stated) if stated else _precision(row["precision"] or str(assume.get("precision", "")),
+                                                               aliases)
     return TrainPlan(tp=layout["tp"], pp=layout["pp"], dp=dp, cp=layout["cp"], ep=ep, micro_batch=mb,
                      num_micro_batches=gb // (mb * dp), recompute=recompute, sequence_parallel=layout["tp"] > 1,
                      zero=zero, precision=precision, seq_len=seq,

@@ -8,9 +8,28 @@ TFLOPS) are converted once, in ``optimizer.catalog``.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Literal, get_args
 
-RECOMPUTE_MODES = ("none", "selective", "full")
-PRECISIONS = ("bf16", "fp16", "fp8", "fp4")
+Recompute = Literal["none", "selective", "full"]  # activation recomputation (Korthikanti et al. 2022)
+Precision = Literal["bf16", "fp16", "fp8", "fp4"]  # the tensor-core math a training plan runs in
+RECOMPUTE_MODES: tuple[Recompute, ...] = get_args(Recompute)
+PRECISIONS: tuple[Precision, ...] = get_args(Precision)
+
+
+def as_precision(text: str) -> Precision:
+    """``text`` as a training precision; ValueError naming the choices if it is none."""
+    for precision in PRECISIONS:
+        if precision == text:
+            return precision
+    raise ValueError(f"unknown training precision {text!r}: one of {', '.join(PRECISIONS)}")
+
+
+def as_recompute(text: str) -> Recompute:
+    """``text`` as a recomputation mode; ValueError naming the choices if it is none."""
+    for mode in RECOMPUTE_MODES:
+        if mode == text:
+            return mode
+    raise ValueError(f"unknown recomputation {text!r}: one of {', '.join(RECOMPUTE_MODES)}")
 
 
 @dataclass(frozen=True)
@@ -176,10 +195,10 @@ class TrainPlan:
     dp: int = 1
     micro_batch: int = 1
     num_micro_batches: int = 1  # per step and per data-parallel replica
-    recompute: str = "selective"
+    recompute: Recompute = "selective"
     sequence_parallel: bool = False
     zero: int = 1
-    precision: str = "bf16"
+    precision: Precision = "bf16"
     seq_len: int | None = None  # None: the model's own
     flash_attention: bool = True  # fused attention never stores the s×s scores (Dao et al. 2022)
     ep: int = 1  # expert parallelism: experts sharded over ep GPUs of the data-parallel group

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
 from optimizer.catalog import Catalog
-from optimizer.perf.specs import ModelSpec
+from optimizer.perf.specs import ModelSpec, Precision
 from optimizer.problem.enums import BudgetCovers, Objective
 from optimizer.problem.procurement import (
     Owned,
@@ -67,7 +67,7 @@ class Problem:
     model: ModelSpec
     model_id: str
     tokens: float  # training tokens (0 for serving)
-    precision: str  # training precision
+    precision: Precision  # training precision
     seq_len: int
     min_global_batch: int  # sequences per step
     max_global_batch: int

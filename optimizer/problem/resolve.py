@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from optimizer.catalog import AT_BATCH, AT_MAX_LOAD, Catalog, gpu_names
 from optimizer.catalog.stacks import Kind
 from optimizer.errors import CatalogError, ProblemError, suggest
-from optimizer.perf.specs import ModelSpec
+from optimizer.perf.specs import ModelSpec, Precision
 from optimizer.problem.enums import BudgetCovers, Objective
 from optimizer.problem.procurement import (
     apply_prices,
@@ -253,7 +253,7 @@ def _allowed_gpus(path: Path, hw: HardwareChoice, catalog: Catalog) -> tuple[str
 class _WorkloadFields(TypedDict):
     kind: str
     model_id: str
-    precision: str
+    precision: Precision
     demands: tuple[Demand, ...]
     serve_precisions: tuple[str, ...]
     kv_precision: str
