@@ -135,3 +135,18 @@ def test_geforce_fp16_accumulate_doubles_the_prompt_gemms_of_an_engine_that_uses
     plain = ServePlan(precision="fp16", input_len=1024, output_len=1, batch=1,
                       **{**catalog.serve_plan_traits("rtx-4090", "llamacpp"), "fp16_accumulate": False})
     assert serve(m, hw, prompt, params).ttft < serve(m, hw, plain, params).ttft
+
+
+def test_a_model_spelled_out_in_a_problem_is_checked_and_built_as_a_preset(catalog):
+    """Presets and inline models share one shape (ModelShape): any preset, spelled out field by field
+    in a problem file, gives the same ModelSpec; the shape's checks apply to both."""
+    from pydantic import ValidationError
+
+    from optimizer.catalog.records import ModelShape
+    from optimizer.problem.schema import InlineModel
+
+    for preset in catalog.models.values():
+        fields = preset.model_dump(include=set(ModelShape.model_fields))
+        assert InlineModel(name=preset.id, **fields).spec() == preset.spec(), preset.id
+    with pytest.raises(ValidationError, match="sliding_layers .at most layers. and sliding_window go together"):
+        InlineModel(layers=2, hidden=64, heads=4, ffn_hidden=128, vocab=100, seq_len=32, mlp="gelu", sliding_layers=1)

@@ -190,13 +190,17 @@ class Fabric(Record):
     assumption: bool = False
 
 
-class ModelPreset(Record):
-    id: str
-    name: str
-    layers: int = Field(ge=1)
+class ModelShape(BaseModel):
+    """A transformer's shape as a catalog preset or a problem file spells it out: what the
+    performance model's ModelSpec needs (dimensions, GQA, MoE, multi-head latent attention and
+    sliding windows). One schema, one set of checks, for both."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    layers: int = Field(ge=1, le=1000)
     hidden: int = Field(ge=1)
     heads: int = Field(ge=1)
-    kv_heads: int = Field(ge=1)
+    kv_heads: int | None = Field(default=None, ge=1)  # None: as many as heads (no GQA)
     ffn_hidden: int = Field(ge=1)
     vocab: int = Field(ge=1)
     seq_len: int = Field(ge=1)
@@ -215,31 +219,41 @@ class ModelPreset(Record):
     tie_embeddings: bool | None = None  # None: tied for gelu (GPT) blocks, untied for swiglu
     sliding_window: int = Field(default=0, ge=0)
     sliding_layers: int = Field(default=0, ge=0)
-    published_params_b: float | None = None
-    published_active_params_b: float | None = None
-    source: str
 
     @model_validator(mode="after")
-    def _moe_consistent(self) -> ModelPreset:
+    def _consistent(self) -> ModelShape:
         if self.experts and not (0 < self.experts_active <= self.experts and self.expert_ffn_hidden > 0):
             raise ValueError("an MoE model needs 0 < experts_active <= experts and expert_ffn_hidden > 0")
-        return self
-
-    @model_validator(mode="after")
-    def _windows_consistent(self) -> ModelPreset:
         if self.sliding_layers > self.layers or bool(self.sliding_layers) != bool(self.sliding_window):
             raise ValueError("sliding_layers (at most layers) and sliding_window go together")
+        if self.hidden % self.heads and not self.head_dim:
+            raise ValueError(f"hidden {self.hidden} is not divisible by heads {self.heads}")
+        if self.kv_heads and self.heads % self.kv_heads:
+            raise ValueError(f"heads {self.heads} is not divisible by kv_heads {self.kv_heads}")
         return self
 
-    def spec(self) -> ModelSpec:
+    def shape_spec(self, name: str) -> ModelSpec:
         return ModelSpec(
-            name=self.id, layers=self.layers, hidden=self.hidden, heads=self.heads, kv_heads=self.kv_heads,
+            name=name, layers=self.layers, hidden=self.hidden, heads=self.heads, kv_heads=self.kv_heads or self.heads,
             ffn_hidden=self.ffn_hidden, vocab=self.vocab, seq_len=self.seq_len, mlp=self.mlp, experts=self.experts,
             experts_active=self.experts_active, shared_experts=self.shared_experts,
             expert_ffn_hidden=self.expert_ffn_hidden, dense_layers=self.dense_layers, q_lora_rank=self.q_lora_rank,
             kv_lora_rank=self.kv_lora_rank, qk_rope_dim=self.qk_rope_dim, qk_nope_dim=self.qk_nope_dim,
             v_head_dim=self.v_head_dim, attn_head_dim=self.head_dim, tie_embeddings=self.tie_embeddings,
             sliding_window=self.sliding_window, sliding_layers=self.sliding_layers)
+
+
+class ModelPreset(ModelShape):
+    """A model of catalogs/models.yaml: its shape, the parameter counts its card publishes, a source."""
+
+    id: str
+    name: str
+    published_params_b: float | None = None
+    published_active_params_b: float | None = None
+    source: str
+
+    def spec(self) -> ModelSpec:
+        return self.shape_spec(self.id)
 
 
 class Pue(Record):

@@ -18,6 +18,7 @@ from pydantic import (
     model_validator,
 )
 
+from optimizer.catalog.records import ModelShape
 from optimizer.perf.specs import ModelSpec
 from optimizer.problem.enums import Backend
 from optimizer.problem.procurement import (
@@ -59,41 +60,13 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-class InlineModel(Strict):
-    name: str = "custom"
-    layers: int = Field(ge=1, le=1000)
-    hidden: int = Field(ge=1)
-    heads: int = Field(ge=1)
-    kv_heads: int | None = Field(default=None, ge=1)
-    ffn_hidden: int = Field(ge=1)
-    vocab: int = Field(ge=1)
-    seq_len: int = Field(ge=1)
-    mlp: Literal["gelu", "swiglu", "relu2"]
-    experts: int = Field(default=0, ge=0)
-    experts_active: int = Field(default=0, ge=0)
-    shared_experts: int = Field(default=0, ge=0)
-    expert_ffn_hidden: int = Field(default=0, ge=0)
-    dense_layers: int = Field(default=0, ge=0)
-    head_dim: int = Field(default=0, ge=0)  # 0: hidden // heads
-    tie_embeddings: bool | None = None
+class InlineModel(ModelShape):
+    """A model spelled out in the problem file (workload.model), checked as a catalog preset is."""
 
-    @model_validator(mode="after")
-    def _consistent(self) -> InlineModel:
-        if self.experts and not (0 < self.experts_active <= self.experts and self.expert_ffn_hidden > 0):
-            raise ValueError("an MoE model needs 0 < experts_active <= experts and expert_ffn_hidden > 0")
-        if self.hidden % self.heads and not self.head_dim:
-            raise ValueError(f"hidden {self.hidden} is not divisible by heads {self.heads}")
-        if self.kv_heads and self.heads % self.kv_heads:
-            raise ValueError(f"heads {self.heads} is not divisible by kv_heads {self.kv_heads}")
-        return self
+    name: str = "custom"
 
     def spec(self) -> ModelSpec:
-        return ModelSpec(
-            name=self.name, layers=self.layers, hidden=self.hidden, heads=self.heads,
-            kv_heads=self.kv_heads or self.heads, ffn_hidden=self.ffn_hidden, vocab=self.vocab, seq_len=self.seq_len,
-            mlp=self.mlp, experts=self.experts, experts_active=self.experts_active,
-            shared_experts=self.shared_experts, expert_ffn_hidden=self.expert_ffn_hidden,
-            dense_layers=self.dense_layers, attn_head_dim=self.head_dim, tie_embeddings=self.tie_embeddings)
+        return self.shape_spec(self.name)
 
 
 class GlobalBatch(Strict):
