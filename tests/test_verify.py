@@ -72,3 +72,8 @@ def test_closed_sets_are_enums_that_print_as_their_file_values(catalog, training
     assert Objective("min_cost") == "min_cost" and Backend("pulp") is Backend.PULP
     with pytest.raises(SolverError, match="unknown solver backend 'cplex'. To fix: use one of ortools, pulp"):
         Model("cplex")
+    from optimizer.problem.enums import Role
+
+    group = rec.table.groups[rec.solution.candidate.group]
+    assert group.role is Role.TRAIN and replace(group, role="serve").role is Role.SERVE
+    assert replace(group, fabric=None, role="serve").key.endswith("/replicas")

@@ -11,7 +11,7 @@ from typing import TypedDict
 
 from optimizer.catalog import HOURS_PER_YEAR, Catalog, Gpu, Server
 from optimizer.problem import Problem
-from optimizer.problem.enums import BudgetCovers
+from optimizer.problem.enums import BudgetCovers, Role
 from optimizer.problem.procurement import Owned
 
 
@@ -35,7 +35,7 @@ class Group:
     switch_usd: float
     switch_w: float
 
-    role: str = "train"  # train: without a fabric, one server; serve: independent replicas
+    role: Role = Role.TRAIN  # train: on a fabric or one server; serve: independent replicas
     rack_units: int = 0  # height of one server
     # Owned inventory this group may draw on (shared with the other groups of the same pool)
     owned_gpus: int = 0
@@ -58,14 +58,17 @@ class Group:
     leaf_up: int = 0  # leaf ports facing spines (leaf_down / leaf_up ≈ the oversubscription)
     workload: str = ""  # with several workloads, rentals are billed to the one workload that rents
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "role", Role(self.role))  # the role may be given by its name ("serve")
+
     @property
     def key(self) -> str:
         if self.offer is not None:
-            return (f"{self.gpu}/rent:{self.offer}" + ("/replicas" if self.role == "serve" else "")
+            return (f"{self.gpu}/rent:{self.offer}" + ("/replicas" if self.role is Role.SERVE else "")
                     + (f"@{self.workload}" if self.workload else ""))
         if self.fabric is not None:
             return f"{self.gpu}/{self.server}/{self.fabric}"
-        return f"{self.gpu}/{self.server}/{'single-node' if self.role == 'train' else 'replicas'}"
+        return f"{self.gpu}/{self.server}/{'single-node' if self.role is Role.TRAIN else 'replicas'}"
 
     @property
     def rented(self) -> bool:
@@ -115,7 +118,7 @@ def leaf_split(switch_ports: int, oversubscription: float) -> tuple[int, int]:
     return down, math.ceil(down / oversubscription - 1e-9)
 
 
-def build_groups(problem: Problem, catalog: Catalog, gpu_id: str, role: str = "train") -> list[Group]:
+def build_groups(problem: Problem, catalog: Catalog, gpu_id: str, role: Role = Role.TRAIN) -> list[Group]:
     """The hardware groups a GPU can be had in: bought or owned in each server type that takes it,
     alone or (for training) on each fabric the server supports, where the site's licence allows;
     and rented from each cloud offer the problem allows. Serving replicas need no fabric."""
@@ -132,7 +135,7 @@ def _owned(problem: Problem, gpu_id: str, server_id: str) -> Owned | None:
     return next((o for o in lines if o.server == server_id), None) or next((o for o in lines if o.server is None), None)
 
 
-def _site_groups(problem: Problem, catalog: Catalog, gpu_id: str, role: str) -> list[Group]:
+def _site_groups(problem: Problem, catalog: Catalog, gpu_id: str, role: Role) -> list[Group]:
     groups: list[Group] = []
     gpu = catalog.gpus[gpu_id]
     for server in catalog.servers_for(gpu_id):
@@ -147,7 +150,7 @@ def _site_groups(problem: Problem, catalog: Catalog, gpu_id: str, role: str) -> 
         if tower_barred and owned is None:
             continue
         fabrics: list[str | None] = [None]
-        if role == "train":
+        if role is Role.TRAIN:
             fabrics += [f for f in server.fabrics if f not in problem.exclude_fabrics]
         for fid in fabrics:
             network: _FabricFields = _fabric_fields(catalog, fid, problem.oversubscription) if fid is not None else {}
@@ -161,7 +164,7 @@ def _site_groups(problem: Problem, catalog: Catalog, gpu_id: str, role: str) -> 
     return groups
 
 
-def bare_group(gpu: str, server: Server, fabric: str | None, role: str, full_only: bool | None = None,
+def bare_group(gpu: str, server: Server, fabric: str | None, role: Role, full_only: bool | None = None,
           gpu_usd: float = 0.0, server_usd: float = 0.0, gpu_w: float = 0.0, server_w: float = 0.0) -> Group:
     """A group of ``gpu`` in ``server`` on ``fabric`` with its prices and powers, before the fabric's
     parts (``_fabric_fields``), owned inventory or a rental are set on it (a rental has no capex and
@@ -210,25 +213,25 @@ def _fabric_fields(catalog: Catalog, fabric_id: str, oversubscription: float) ->
     return out
 
 
-def rent_hours(problem: Problem, term_hours: float, role: str) -> float:
+def rent_hours(problem: Problem, term_hours: float, role: Role) -> float:
     """Hours billed per rented GPU: the horizon for serving on demand; whole committed terms
     covering the horizon (serving) or the deadline (training); 0 for training on demand, which
     pays its own GPU-hours."""
     horizon = problem.horizon_years * HOURS_PER_YEAR
     if term_hours == 0:
-        return horizon if role == "serve" else 0.0
-    period = horizon if role == "serve" else (problem.deadline_s / 3600 if problem.deadline_s else term_hours)
+        return horizon if role is Role.SERVE else 0.0
+    period = horizon if role is Role.SERVE else (problem.deadline_s / 3600 if problem.deadline_s else term_hours)
     return term_hours * max(1, math.ceil(period / term_hours - 1e-9))
 
 
-def _rented_groups(problem: Problem, catalog: Catalog, gpu_id: str, role: str) -> list[Group]:
+def _rented_groups(problem: Problem, catalog: Catalog, gpu_id: str, role: Role) -> list[Group]:
     groups = []
     for oid in problem.offers:
         offer = catalog.offers[oid]
         if offer.gpu != gpu_id:
             continue
         server = catalog.servers[offer.server]
-        fabric = offer.fabric if role == "train" else None
+        fabric = offer.fabric if role is Role.TRAIN else None
         whole = offer.gpus_per_instance == server.slots  # rented by the whole server
         groups.append(replace(bare_group(gpu_id, server, fabric, role, full_only=whole),
                               offer=oid, rent_usd_per_gpu_h=offer.price.usd,

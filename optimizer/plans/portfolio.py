@@ -18,6 +18,7 @@ from dataclasses import replace
 from optimizer.catalog import Catalog
 from optimizer.plans import Candidate, Group, PlanTable, ServeCandidate, enumerate_candidates
 from optimizer.problem import Phase, Problem
+from optimizer.problem.enums import Role
 
 
 def overlaps(phases: tuple[Phase, ...]) -> tuple[tuple[str, ...], ...]:
@@ -80,7 +81,7 @@ def _shared(groups: dict[str, Group], candidates: list[Candidate],
     training moves to the serving replicas' group (one pool of such servers), and both are copied
     onto each training cluster of the same GPU and server (keys ending '@fabric')."""
     site = {k: g for k, g in groups.items() if not g.rented}
-    replicas = {(g.gpu, g.server): k for k, g in site.items() if g.fabric is None and g.role == "serve"}
+    replicas = {(g.gpu, g.server): k for k, g in site.items() if g.fabric is None and g.role is Role.SERVE}
     clusters: dict[tuple[str, str], list[Group]] = {}
     for g in site.values():
         if g.fabric is not None:

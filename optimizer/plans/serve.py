@@ -16,6 +16,7 @@ from optimizer.perf.serve import ServePlan, ServeResult, batch_at_slo, max_batch
 from optimizer.plans.groups import Group, build_groups, group_affordable, group_reason, licensed_gpus, no_group_reason
 from optimizer.plans.table import PlanTable, ServeCandidate, prune_serving
 from optimizer.problem import Demand, Problem, confidence_factor, tp_fits
+from optimizer.problem.enums import Role
 
 
 def _power_of_two(n: int) -> bool:
@@ -47,9 +48,9 @@ def enumerate_serving(problem: Problem, catalog: Catalog) -> PlanTable:
             gpu_reasons[gpu_id] = f"precision: no tensor cores for {', '.join(problem.serve_precisions)}"
             dropped["precision"] += 1
             continue
-        usable = [g for g in build_groups(problem, catalog, gpu_id, role="serve") if group_affordable(problem, g)]
+        usable = [g for g in build_groups(problem, catalog, gpu_id, role=Role.SERVE) if group_affordable(problem, g)]
         if not usable:
-            every = build_groups(problem, catalog, gpu_id, role="serve")
+            every = build_groups(problem, catalog, gpu_id, role=Role.SERVE)
             gpu_reasons[gpu_id] = (group_reason(problem, min(every, key=lambda g: g.min_power_w)) if every
                                    else no_group_reason(problem, catalog, gpu_id))
             dropped["budget/power"] += 1

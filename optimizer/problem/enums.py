@@ -1,4 +1,5 @@
-"""The closed sets a problem chooses from: its objective, what its budget covers, the MIP backend.
+"""The closed sets a problem chooses from: its objective, what its budget covers, the MIP backend,
+and what a hardware group serves (training or serving replicas).
 
 Each member is also its string (``Objective.MIN_TIME == "min_time"``) and prints as that string,
 so a member goes into JSON, text and Markdown exactly as the problem file spelled it.
@@ -38,6 +39,14 @@ class BudgetCovers(_Named):
 
     CAPEX = "capex"
     TCO = "tco"
+
+
+class Role(_Named):
+    """What a hardware group is for: a training job (its servers on a fabric, or one server alone)
+    or independent serving replicas (each inside one server)."""
+
+    TRAIN = "train"
+    SERVE = "serve"
 
 
 class Backend(_Named):

@@ -13,6 +13,7 @@ from typing import Any
 from optimizer.catalog import HOURS_PER_YEAR, Catalog, Offer, Price
 from optimizer.milp import GroupCount, capex_parts, group_costs, purchase, solution_costs
 from optimizer.plans.groups import Group, bare_group
+from optimizer.problem.enums import Role
 from optimizer.recommend import Recommendation, colocation_per_watt, electricity_per_watt, targets_of
 
 
@@ -108,7 +109,7 @@ def break_even(rec: Recommendation, catalog: Catalog) -> list[dict[str, Any]]:
             offer = catalog.offers[g.offer or ""]
             server = catalog.servers[g.server]
             gpu = catalog.gpus[g.gpu]
-            site = bare_group(g.gpu, server, None, "train", gpu_usd=gpu.price.usd, server_usd=server.price.usd,
+            site = bare_group(g.gpu, server, None, Role.TRAIN, gpu_usd=gpu.price.usd, server_usd=server.price.usd,
                               gpu_w=gpu.tdp_w, server_w=server.base_power_w)
             count = purchase(site, b.gpus)
         else:
