@@ -395,3 +395,22 @@ def test_a_gpu_that_borrows_its_values_is_planned_and_reported_with_the_wider_ba
                                                "--format", "json"]).output)
     assert out["plan"]["gpu"] == "gaudi3" and out["uncertainty"]["extrapolated"] is True
     assert out["uncertainty"]["rows"] == catalog.band("train", True).rows
+
+
+def test_an_unknown_training_precision_in_the_aliases_is_bad_input(tmp_path):
+    """aliases.yaml maps training precision labels onto bf16, fp16, fp8 or fp4 only: anything else
+    is reported with the file and the entry (exit 2), not raised from deep in the reader."""
+    import shutil
+
+    from tests.conftest import ROOT
+
+    data = tmp_path / "calibration"
+    shutil.copytree(ROOT / "calibration", data)
+    aliases = yaml.safe_load((data / "aliases.yaml").read_text())
+    label = next(iter(aliases["training_precisions"]))
+    aliases["training_precisions"][label] = "fp32"
+    (data / "aliases.yaml").write_text(yaml.safe_dump(aliases))
+    result = CliRunner().invoke(main, ["validate", "--kind", "training", "--data", str(data)])
+    assert result.exit_code == 2, result.output
+    assert "aliases.yaml" in result.output and f"training_precisions.{label}" in result.output
+    assert "'bf16', 'fp16', 'fp8' or 'fp4' (got 'fp32')" in result.output

@@ -21,6 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from optimizer.errors import ProblemError, suggest
+from optimizer.perf.specs import Precision
 from optimizer.validation import read_yaml, validate
 
 Kind = Literal["training", "serving"]
@@ -104,7 +105,7 @@ class Aliases(_Strict):
     models: dict[str, str]  # model names → presets
     gpus: dict[str, Placement]  # GPU names → GPU (and the server and fabric it sat in)
     precisions: dict[str, Format]  # serving precision labels → weight and KV formats
-    training_precisions: dict[str, str] = {}  # training precision labels → bf16 | fp16 | fp8 | fp4
+    training_precisions: dict[str, Precision] = {}  # training precision labels → bf16 | fp16 | fp8 | fp4
     engines: dict[str, str] = {}  # regular expression on a row's engine text → engine id (first match wins)
 
     @field_validator("engines")

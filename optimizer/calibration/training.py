@@ -95,7 +95,7 @@ def _recompute(text: str) -> str | None:
 
 def _precision(text: str, aliases: Aliases) -> Precision:
     if text in aliases.training_precisions:
-        return as_precision(aliases.training_precisions[text])
+        return aliases.training_precisions[text]
     t = text.lower()
     if re.search(r"nvfp4|mxfp4|\bfp4", t):
         return "fp4"
@@ -197,9 +197,12 @@ def _plan(row, facts, assume, layout: dict[str, int], seq: int, aliases: Aliases
     zero = _get(row, facts, assume, "zero", "zero_stage", parse=_zero)
     if recompute is None or zero is None:
         return f"recompute '{row['recompute']}' or sharding '{row['zero_stage']}' not modelled"
-    stated = facts.get("precision")
-    precision = as_precision(stated) if stated else _precision(row["precision"] or str(assume.get("precision", "")),
-                                                               aliases)
+    given = facts.get("precision")
+    try:
+        precision = as_precision(given) if given else _precision(row["precision"] or str(assume.get("precision", "")),
+                                                                 aliases)
+    except ValueError as exc:  # a source's stated precision that is none of the training ones
+        return str(exc)
     return TrainPlan(tp=layout["tp"], pp=layout["pp"], dp=dp, cp=layout["cp"], ep=ep, micro_batch=mb,
                      num_micro_batches=gb // (mb * dp), recompute=recompute, sequence_parallel=layout["tp"] > 1,
                      zero=zero, precision=precision, seq_len=seq,

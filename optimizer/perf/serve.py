@@ -175,14 +175,16 @@ def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> Serv
     s = plan.input_len
     chunks = math.ceil(s / plan.prefill_ubatch) if plan.prefill_ubatch else 1
     p_bw, p_lat = _allreduce_parts(s * m.hidden * ACT_BYTES, hw, plan)
+    read = decode_weight_bytes(m, plan.precision, mb)  # the weights (and experts) one step touches
+    replicated = replicated_attention_bytes(m, plan)
     link = hw.group_link(plan.gpus)
     return ServeTerms(
         batch=float(batch), input_len=float(plan.input_len), output_len=float(plan.output_len),
         static=1.0 if plan.batching == "static" else 0.0, requests=float(plan.requests),
         variable=1.0 if plan.variable_lengths else 0.0,
         slots=float(max(micro, plan.pp)), layers=float(layers),
-        weight_bytes=decode_weight_bytes(m, plan.precision, mb) / plan.gpus + replicated_attention_bytes(m, plan),
-        expert_bytes=(decode_weight_bytes(m, plan.precision, mb) - weight_bytes(m, plan.precision)
+        weight_bytes=read / plan.gpus + replicated,
+        expert_bytes=(read - weight_bytes(m, plan.precision)
                       + shape.expert_params(m) * BYTES[plan.precision]) / plan.gpus if m.moe else 0.0,
         kv_bytes=mb * kv_bytes_per_gpu(m, plan, context),
         gemm_flops=mb * 2.0 * active_matmul_params(m) / plan.gpus,
@@ -198,7 +200,7 @@ def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> Serv
         # causal attention over the prompt: a token attends to s/2 others on average (2·s²·h per layer)
         prefill_attention_flops=s * shape.attention_flops_per_token_layer(m, m.attended(s / 2.0)) * m.layers
         / plan.gpus,
-        prefill_weight_bytes=weight_bytes(m, plan.precision) / plan.gpus + replicated_attention_bytes(m, plan),
+        prefill_weight_bytes=weight_bytes(m, plan.precision) / plan.gpus + replicated,
         prefill_dequant_bytes=dequant_bytes(m, plan) / plan.gpus,
         prefill_comm_bw=layers * 2 * p_bw, prefill_comm_latency=layers * 2 * p_lat,
         prefill_send=(s / chunks * m.hidden * ACT_BYTES / link.effective_bw + link.latency) if plan.pp > 1 else 0.0,

@@ -66,8 +66,8 @@ def dequant_bytes(m: ModelSpec, plan: ServePlan) -> float:
     with tensor cores: PR #3412 'perform cublas mat mul of quantized types as f16', replaced by
     int8 MMQ kernels in PR #8075). Engines whose kernels dequantise in registers (Marlin, MMQ,
     TensorRT-LLM's weight-only GEMMs) move nothing extra: 0."""
-    nbytes, math = FORMATS[plan.precision]
-    if not plan.prefill_dequant or math != "fp16" or nbytes >= 2.0:
+    nbytes, math_format = FORMATS[plan.precision]
+    if not plan.prefill_dequant or math_format != "fp16" or nbytes >= 2.0:
         return 0.0
     return shape.param_count(m) * (nbytes + 2.0)
 

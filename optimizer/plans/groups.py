@@ -156,7 +156,7 @@ def _site_groups(problem: Problem, catalog: Catalog, gpu_id: str, role: Role) ->
             network: _FabricFields = _fabric_fields(catalog, fid, problem.oversubscription) if fid is not None else {}
             groups.append(replace(
                 bare_group(gpu_id, server, fid, role, gpu_usd=gpu.price.usd, server_usd=server.price.usd,
-                      gpu_w=gpu.tdp_w, server_w=server.base_power_w),
+                           gpu_w=gpu.tdp_w, server_w=server.base_power_w),
                 owned_gpus=owned.count if owned else 0, owned_servers=owned.servers if owned else 0,
                 owned_nics=bool(owned and fid is not None and owned.fabric == fid),
                 pool=owned.pool if owned else None, buy_cap=problem.buy_cap(gpu_id), owned_only=tower_barred,
@@ -165,7 +165,7 @@ def _site_groups(problem: Problem, catalog: Catalog, gpu_id: str, role: Role) ->
 
 
 def bare_group(gpu: str, server: Server, fabric: str | None, role: Role, full_only: bool | None = None,
-          gpu_usd: float = 0.0, server_usd: float = 0.0, gpu_w: float = 0.0, server_w: float = 0.0) -> Group:
+               gpu_usd: float = 0.0, server_usd: float = 0.0, gpu_w: float = 0.0, server_w: float = 0.0) -> Group:
     """A group of ``gpu`` in ``server`` on ``fabric`` with its prices and powers, before the fabric's
     parts (``_fabric_fields``), owned inventory or a rental are set on it (a rental has no capex and
     no site power: 0)."""

@@ -12,7 +12,9 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 from optimizer.catalog import Catalog, Gpu
+from optimizer.perf.params import ServeParams
 from optimizer.perf.serve import ServePlan, ServeResult, batch_at_slo, max_batch, serve
+from optimizer.perf.specs import Hardware
 from optimizer.plans.groups import Group, build_groups, group_affordable, group_reason, licensed_gpus, no_group_reason
 from optimizer.plans.table import PlanTable, ServeCandidate, prune_serving
 from optimizer.problem import Demand, Problem, confidence_factor, tp_fits
@@ -57,11 +59,13 @@ def enumerate_serving(problem: Problem, catalog: Catalog) -> PlanTable:
             continue
         best_miss: dict[str, tuple[float, str]] = {}
         before = len(out)
+        effs = {p: catalog.serve_params(gpu_id, p, problem.stack) for p in precisions}
         for group in usable:
+            hw = catalog.hardware(gpu_id, group.server, None)
             for plan in _layouts(problem, catalog, group, precisions):
                 for d in problem.demands:
                     tried += 1
-                    found = _candidate(problem, catalog, group, plan, d, dropped, best_miss)
+                    found = _candidate(problem, catalog, group, hw, effs[plan.precision], plan, d, dropped, best_miss)
                     if found is not None:
                         out.append(found)
                         groups[group.key] = group
@@ -92,15 +96,13 @@ def _layouts(problem: Problem, catalog: Catalog, group: Group, precisions: list[
                     yield replace(plan, attention_dp=True)
 
 
-def _candidate(problem: Problem, catalog: Catalog, group: Group, plan: ServePlan, d: Demand,
-               dropped: Counter[str], best_miss: dict[str, tuple[float, str]]) -> ServeCandidate | None:
-    """``plan`` for request class ``d`` at the largest batch within its latency limits, or None
-    (counted in ``dropped``, the closest miss kept in ``best_miss``)."""
+def _candidate(problem: Problem, catalog: Catalog, group: Group, hw: Hardware, eff: ServeParams, plan: ServePlan,
+               d: Demand, dropped: Counter[str], best_miss: dict[str, tuple[float, str]]) -> ServeCandidate | None:
+    """``plan`` for request class ``d`` on ``hw`` with the engine's parameters ``eff``, at the largest
+    batch within its latency limits, or None (counted in ``dropped``, the closest miss in ``best_miss``)."""
     m, gpu_id = problem.model, group.gpu
-    hw = catalog.hardware(gpu_id, group.server, None)
     plan = replace(plan, input_len=d.input_len, output_len=d.output_len)
     tp, pp, precision = plan.tp, plan.pp, plan.precision
-    eff = catalog.serve_params(gpu_id, precision, problem.stack)
     # a confident plan: rates down, latencies up (more so where the values are borrowed, and at
     # maximum load, which is predicted less well than at a batch)
     factor = confidence_factor(problem, catalog, gpu_id, precision, d)
