@@ -205,3 +205,48 @@ def test_attention_data_parallel_keeps_each_gpus_own_kv_and_the_attention_weight
     assert serve(m, hw, dp, params).output_tokens_per_s > 1.3 * serve(m, hw, tp, params).output_tokens_per_s
     one = ServePlan(tp=1, precision="fp8", input_len=1000, output_len=1000, batch=8)
     assert serve(m, hw, replace(one, attention_dp=True), params) == serve(m, hw, one, params)
+
+
+def _times(plan: ServePlan, hw: Hardware = H100):
+    from optimizer.perf.serve import serve_terms, serve_time
+
+    return serve_time(serve_terms(SEED_70B, hw, plan, plan.batch or 1), SEED)
+
+
+def test_a_loaded_pipeline_prefills_a_prompt_in_its_stage_time():
+    """Under continuous batching the other sequences' micro-batches keep every stage busy, so a
+    prompt costs the replica one stage time (1/pp of its compute) and prefill-heavy throughput
+    grows with the stages; one sequence alone crosses the idle stages one after another, as a
+    static batch's latency does. TTFT is always the pass through the pipeline."""
+    heavy = ServePlan(tp=1, pp=1, input_len=4096, output_len=16, batch=64)
+    one, four = _times(heavy), _times(replace(heavy, pp=4))
+    # the decode step is the same work split over four stages in turn; the prefill is what scales
+    assert float(four.output_tokens_per_s) / float(one.output_tokens_per_s) > 3.0
+    assert float(four.ttft) > 0.9 * float(one.ttft)  # no faster for the prompt itself
+    alone = ServePlan(tp=1, pp=4, input_len=4096, output_len=16, batch=1)
+    lone, lone_pp1 = _times(alone), _times(replace(alone, pp=1))
+    assert float(lone.output_tokens_per_s) < 1.1 * float(lone_pp1.output_tokens_per_s)
+
+
+def test_an_engine_that_takes_kv_blocks_on_demand_fits_sequences_of_every_age():
+    """vLLM admits a request when its prompt's blocks are free and grows its cache as it generates
+    (PagedAttention), so a full batch holds input + output/2 tokens per sequence on average;
+    TensorRT-LLM reserves the whole length at admission (GUARANTEED_NO_EVICT)."""
+    from optimizer.perf.serve_memory import max_batch
+
+    plan = ServePlan(tp=8, input_len=512, output_len=1536)
+    reserved, on_demand = max_batch(SEED_70B, H100, plan), max_batch(SEED_70B, H100, replace(plan, kv_on_demand=True))
+    assert on_demand / reserved == pytest.approx((512 + 1536) / (512 + 768), rel=0.01)
+
+
+def test_a_burst_of_equal_requests_charges_each_request_half_its_waves_prefill():
+    """N equal requests sent at once go in waves that start together: the k-th of a wave decodes
+    while the b - k after it are prefilled, so its TPOT carries half the wave's prefill, where a
+    steady stream replaces every sequence (all b prefills) over each one's life. The throughput
+    pays for every prefill either way."""
+    steady = ServePlan(tp=8, input_len=2048, output_len=128, batch=64)
+    burst = replace(steady, requests=640)
+    s, b = _times(steady), _times(burst)
+    assert float(b.output_tokens_per_s) == pytest.approx(float(s.output_tokens_per_s))
+    prefill = float(s.tpot) - float(s.decode_step)
+    assert float(b.tpot) - float(b.decode_step) == pytest.approx(prefill / 2, rel=1e-6)

@@ -255,7 +255,8 @@ class Catalog:
         return {"memory_fraction": e.memory_fraction, "kv_fraction": e.kv_fraction,
                 "max_seqs": e.seq_cap(self.gpus[gpu_id].memory_gb * GB, self.gpus[gpu_id].family),
                 "reserved_memory": self.efficiency.reserved_memory, "fp16_accumulate": e.fp16_accumulate,
-                "prefill_ubatch": e.prefill_ubatch, "prefill_dequant": e.prefill_dequant}
+                "prefill_ubatch": e.prefill_ubatch, "prefill_dequant": e.prefill_dequant,
+                "kv_on_demand": e.kv_on_demand}
 
 
 def _bus_gbs(bus_id: str) -> float:

@@ -380,3 +380,4 @@ class ServeTraits(TypedDict):
     fp16_accumulate: bool
     prefill_ubatch: int
     prefill_dequant: bool
+    kv_on_demand: bool

@@ -55,6 +55,7 @@ class Engine(_Record):
     fp16_accumulate: bool = False  # its 16-bit GEMMs accumulate in FP16 (faster on GeForce cards)
     prefill_ubatch: int = Field(default=0, ge=0)  # tokens per pipelined micro-batch of a prompt (0: none)
     prefill_dequant: bool = False  # prompt GEMMs of weight-only formats dequantise into a 16-bit copy first
+    kv_on_demand: bool = False  # KV blocks are taken as tokens are generated, not reserved for the whole request
     traits: str
     source: str
 

@@ -216,13 +216,18 @@ def _per_width(m: ModelSpec, plan: ServePlan, tokens: float, rows: float) -> flo
     return tokens * (layers / 2.0 + head) / plan.pp
 
 
-def _prefill(t: ServeTerms, p: ServeParams, prompts: Num, per_width: Num) -> Num:
+def _prefill(t: ServeTerms, p: ServeParams, prompts: Num, per_width: Num, filled: Num = 1.0) -> Num:
     """Prefill ``prompts`` prompts together: GEMMs (slower when thin: ``gemm_half_width``) and causal
     attention, unless reading the weights takes longer; TP all-reduces of ``s·h`` values twice per
     layer; the stages one after another. An engine that splits the pass into ``m`` micro-batches
     queues them on the stages asynchronously (llama.cpp's ``n_ubatch``, PR #6017), a GPipe schedule
     (Huang et al. 2019): ``(m + pp − 1)`` micro-batch stage times, each reading the weights again
-    (and dequantising them again where the engine copies a weight-only format into 16 bits)."""
+    (and dequantising them again where the engine copies a weight-only format into 16 bits).
+
+    ``filled=0`` is the cost a replica pays per pass when its pipeline is kept full by other work
+    (continuous batching under load, where each stage runs other micro-batches while a prompt
+    moves on): the ``pp − 1`` fill stages are then spent on other requests, and a pass costs the
+    replica ``m`` stage times. ``filled=1`` is the latency of a pass through an idle pipeline."""
     m = t.prefill_chunks
     gemm = (t.prefill_gemm_flops + t.prefill_expert_flops * (1.0 / p.moe_efficiency - 1.0)
             + p.gemm_half_width * per_width)
@@ -230,7 +235,8 @@ def _prefill(t: ServeTerms, p: ServeParams, prompts: Num, per_width: Num) -> Num
     stage = (np.maximum(compute / m, t.prefill_weight_bytes / (t.mem_bw * p.mem_bw))
              + t.prefill_dequant_bytes / (t.mem_bw * p.mem_bw)
              + prompts * t.prefill_comm_bw / m + t.prefill_comm_latency * p.allreduce_latency)
-    return (m + t.stages - 1.0) * stage + prompts * t.prefill_send * (t.stages - 1.0) + p.step_overhead
+    fill = filled * (t.stages - 1.0)
+    return (m + fill) * stage + prompts * t.prefill_send * np.maximum(fill, 1.0) + p.step_overhead
 
 
 def _burst_ttft(t: ServeTerms, prefill_batch: Num, tpot: Num, step: Num) -> Num:
@@ -277,7 +283,12 @@ def serve_time(t: ServeTerms, p: ServeParams) -> ServeTimes:
     step, parts = _decode_step(t, p)
     prefill_batch = _prefill(t, p, t.prefill_prompts, t.prefill_gemm_per_width)
     prefill_one = _prefill(t, p, 1.0, t.prefill_one_gemm_per_width)
-    per_prompt = prefill_batch / t.prefill_prompts
+    # under continuous batching the other sequences' micro-batches keep the pipeline's other stages
+    # busy (TensorRT-LLM and vLLM keep pp micro-batches in flight): with b − 1 others for pp − 1
+    # stages, a prompt costs the replica its stage time only once b ≥ pp
+    idle = np.clip(1.0 - (t.batch - 1.0) / np.maximum(t.stages - 1.0, 1.0), 0.0, 1.0)
+    per_prompt = np.where(t.static > 0, prefill_batch,
+                          _prefill(t, p, t.prefill_prompts, t.prefill_gemm_per_width, idle)) / t.prefill_prompts
     longest = t.output_len * (1.0 + t.variable * (p.longest_output - 1.0))
     mean_batch = np.where(t.requests > 0, np.minimum(t.batch, t.requests * t.output_len / longest), t.batch)
     share = mean_batch / t.batch
@@ -285,7 +296,11 @@ def serve_time(t: ServeTerms, p: ServeParams) -> ServeTimes:
     # continuous: every output_len steps each sequence is replaced and its prompt prefilled
     tpot_continuous = mean_step + mean_batch * per_prompt / t.output_len
     static_total = prefill_batch + t.output_len * step
-    tpot = np.where(t.static > 0, step, tpot_continuous)
+    # a burst of equal requests goes in waves that start together: the k-th of a wave starts
+    # decoding after k prompts are prefilled and sees the other b − k prefilled while it decodes,
+    # so a request's own TPOT carries half its wave's prefill (the throughput carries all of it)
+    wave = np.where((t.requests > 0) & (t.variable == 0), 0.5, 1.0)
+    tpot = np.where(t.static > 0, step, mean_step + wave * mean_batch * per_prompt / t.output_len)
     rate = np.where(t.static > 0, t.batch * t.output_len / static_total, mean_batch / tpot_continuous)
     # the engine's front end (HTTP, tokenising, detokenising) handles requests one after another in
     # its own process: it caps the request rate whatever the GPUs could do

@@ -72,10 +72,18 @@ def dequant_bytes(m: ModelSpec, plan: ServePlan) -> float:
     return shape.param_count(m) * (nbytes + 2.0)
 
 
+def held_context(plan: ServePlan) -> float:
+    """Tokens of KV cache a sequence in flight holds: its whole length where the engine reserves it
+    at admission; where blocks are taken as tokens are generated (PagedAttention, Kwon et al. 2023,
+    section 4.5), the mean over a sequence's life, ``input + output / 2``, since a full batch holds
+    sequences of every age."""
+    return plan.input_len + plan.output_len / (2.0 if plan.kv_on_demand else 1.0)
+
+
 def serve_memory(m: ModelSpec, plan: ServePlan, batch: int) -> dict[str, float]:
-    """Bytes per GPU: weights, the KV cache of ``batch`` full-length sequences, one layer's
-    prefill activations, and the reserved runtime memory."""
-    context = plan.input_len + plan.output_len
+    """Bytes per GPU: weights, the KV cache ``batch`` sequences hold (``held_context``), one
+    layer's prefill activations, and the reserved runtime memory."""
+    context = held_context(plan)
     weights = weight_bytes(m, plan.precision) / plan.gpus + replicated_attention_bytes(m, plan)
     kv = batch * kv_bytes_per_gpu(m, plan, context)
     acts = min(plan.input_len, 8192) * (4.0 * m.hidden + 2.0 * m.ffn_hidden / plan.tp) * ACT_BYTES
@@ -83,11 +91,11 @@ def serve_memory(m: ModelSpec, plan: ServePlan, batch: int) -> dict[str, float]:
 
 
 def max_batch(m: ModelSpec, hw: Hardware, plan: ServePlan) -> int:
-    """Largest number of full-length sequences whose KV cache fits beside the weights, capped by
-    the engine's limit on sequences in flight."""
+    """Largest number of sequences whose KV cache (``held_context``) fits beside the weights,
+    capped by the engine's limit on sequences in flight."""
     fixed = serve_memory(m, plan, 0)
     free = (hw.device.memory * plan.memory_fraction - sum(fixed.values())) * plan.kv_fraction
-    per_seq = kv_bytes_per_gpu(m, plan, plan.input_len + plan.output_len)
+    per_seq = kv_bytes_per_gpu(m, plan, held_context(plan))
     fit = max(0, int(free // per_seq))
     cap = plan.max_seqs * (plan.tp if plan.attention_dp else 1)  # each attention-DP rank schedules its own
     return min(fit, cap) if cap else fit

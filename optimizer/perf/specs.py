@@ -279,6 +279,10 @@ class ServePlan:
     fp16_accumulate: bool = False  # 16-bit GEMMs accumulate in FP16 (GeForce: twice the FP32-accumulate rate)
     prefill_ubatch: int = 0  # tokens per micro-batch a prompt is split into and pipelined over the stages (0: whole)
     prefill_dequant: bool = False  # prompt GEMMs of weight-only formats first dequantise into a 16-bit copy
+    # the engine takes KV blocks as a sequence grows (vLLM admits a request when its prompt's blocks
+    # are free) instead of reserving its whole length at admission (TensorRT-LLM's default
+    # GUARANTEED_NO_EVICT, TGI's token budget): a full batch then holds sequences of every age
+    kv_on_demand: bool = False
     # attention data-parallel over the TP group: each GPU holds the attention weights whole and the KV
     # cache of its own sequences only; the MLP / experts stay split (TensorRT-LLM enable_attention_dp,
     # SGLang --enable-dp-attention --dp-size)
