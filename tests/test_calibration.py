@@ -78,6 +78,18 @@ def test_every_row_has_one_listed_source_and_every_source_rows():
         assert sum(line.startswith(f"| {s.id} |") for line in listed) == 1, s.id
 
 
+def test_training_rows_are_compared_on_tokens_per_second_where_published(datasets):
+    """Tokens/s per GPU is measured; MFU and TFLOP/s are derived with each source's own FLOP formula
+    (InternEvo's counts the recomputed forward, Megatron-Bridge does not print its MoE formula), so a
+    row that gives tokens/s is compared on it, and only the others on what they give."""
+    cases = {c.row: c for c in datasets["training"].cases}
+    for row in ("internevo_7b_a100_8gpu_ckpt1_mb8x1_gbs0p125M", "mbridge2602_gb200_gptoss120b_64gpu_bf16"):
+        assert cases[row].metric == "tokens_per_s_per_gpu", row
+    assert cases["megatron21_t2_ptdp_174b_384gpu"].metric == "tflops_per_gpu"  # the paper prints TFLOP/s only
+    # its tokens/s cell contradicts its TFLOP/s (a typo, notes): sources.yaml names the metric to trust
+    assert cases["mbridge2602_h100_qwen3_30b_16gpu_fp8cs"].metric == "tflops_per_gpu"
+
+
 def test_names_map_to_catalog_ids(catalog):
     aliases = load_aliases()
     assert set(aliases.models.values()) <= set(catalog.models)
@@ -156,14 +168,13 @@ def _median_p90(comparisons):
     return np.median(errs), percentile(errs, 90)
 
 
-# Out-of-source accuracy today (gpuopt validate --cv source, 2026-11-24: training 350 rows from 23
-# sources, median 9.8 % / p90 27.1 %; serving 1,065 rows from 19 sources, 18.5 % / 68.2 %), with a
+# Out-of-source accuracy today (gpuopt validate --cv source, 2026-11-25: training 350 rows from 23
+# sources, median 9.9 % / p90 24.7 %; serving 1,065 rows from 19 sources, 17.0 % / 58.0 %), with a
 # small margin: regression guards. The serving p90 was 64.2 % on the 941 rows expressed before GH200,
 # A10G, GLM-4.5/4.6 and InternLM-20B entered the catalog: their 124 rows (TGI 1.0 GPTQ on A10G,
-# GPUStack's GLM bursts) are harder, not the model worse (on the old rows: 17.9 % / 62.9 %). Issue
-# 13's targets (training median 10 % / p90 25 %, serving 10 % / 30 %) are in the README beside the
-# figures reached.
-GUARDS = {"training": (0.10, 0.29), "serving": (0.19, 0.72)}
+# GPUStack's GLM bursts) are harder, not the model worse. Issue 13's targets (training median 10 % /
+# p90 25 %, met; serving 10 % / 30 %, not yet) are in the README beside the figures reached.
+GUARDS = {"training": (0.10, 0.25), "serving": (0.18, 0.62)}
 
 
 @pytest.mark.parametrize("kind", ["training", "serving"])
@@ -304,7 +315,9 @@ def test_intel_training_is_calibrated_on_gaudi2_and_borrowed_on_gaudi3():
         lo, hi = r["band_90"]["tokens_per_s"]
         return (hi - lo) / r["tokens_per_s"]
 
-    assert width(g3) > width(g2)  # extrapolated: a wider band
+    # extrapolated: the out-of-source spread of predictions that borrowed values, never narrower
+    # than the calibrated band (bands.py); equal where borrowing missed no more than calibration did
+    assert width(g3) >= width(g2) - 1e-9
 
 
 def test_catalog_lists_stacks_with_their_rows_and_vendor_defaults(catalog):
