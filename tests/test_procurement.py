@@ -128,7 +128,8 @@ def test_owned_hardware_is_accounted_for(catalog, tmp_path):
     path.write_text(yaml.safe_dump(data))
     rec = _solve(data, catalog)
     rows = {r["gpu"]: r for r in summary(rec, catalog)["owned"]}
-    assert rows["a100-sxm-80gb"]["idle"] == 0 and rows["rtx-3090"]["idle"] == 0
+    assert rows["a100-sxm-80gb"]["idle"] == 0
+    assert all(r["used"] + r["idle"] == r["owned"] for r in rows.values())
     ti = rows["rtx-2080-ti"]
     assert ti["owned"] == 12 and ti["used"] + ti["idle"] == 12 and ti["idle"] > 0
     p = rec.problem
@@ -138,11 +139,28 @@ def test_owned_hardware_is_accounted_for(catalog, tmp_path):
     per_watt = p.load_factor * p.pue * p.horizon_years * 8766 * p.electricity_usd_per_kwh / 1000
     upkeep = p.maintenance_per_year * p.horizon_years * (ti["idle"] * gpu.price.usd + towers * tower.price.usd)
     assert ti["running_cost_usd"] == pytest.approx(watts * per_watt + upkeep)
-    best = max((r for r in rec.table.serving if rec.table.groups[r.group].gpu == "rtx-2080-ti"),
-               key=lambda r: r.tokens_per_s / r.gpus_per_replica)
-    assert ti["alone_output_tokens_per_s"] == pytest.approx(ti["idle"] // best.gpus_per_replica * best.tokens_per_s)
+    # the replica type that makes the most of the idle cards
+    alone = max(ti["idle"] // r.gpus_per_replica * r.tokens_per_s
+                for r in rec.table.serving if rec.table.groups[r.group].gpu == "rtx-2080-ti")
+    assert ti["alone_output_tokens_per_s"] == pytest.approx(alone) and alone > 0
     text = CliRunner().invoke(main, ["solve", str(path)]).output
     assert "Owned hardware" in text and f"{ti['idle']} idle: running them would cost" in text
+
+
+def test_owned_cards_too_few_for_a_replica_say_so(catalog):
+    """Three owned 2080 Tis cannot make the smallest replica the search allows (TP=4): the account
+    says so, with what keeping them would cost, instead of '0 replicas'."""
+    data = {"schema_version": 1, "name": "lone-cards", "objective": "min_cost", "site": {"datacenter": False},
+            "workload": {"kind": "serve", "model": "llama2-13b", "precisions": ["fp16"],
+                         "classes": [{"name": "chat", "input_len": 512, "output_len": 256,
+                                      "output_tokens_per_s": 5000, "ttft_ms": 2000, "tpot_ms": 60}]},
+            "inventory": [{"gpu": "rtx-2080-ti", "count": 3, "server": "desktop-4", "servers": 1}],
+            "hardware": {"allow_gpus": ["rtx-4090"]}, "search": {"tp": [4], "pp": [1]}}
+    rec = _solve(data, catalog)
+    (row,) = summary(rec, catalog)["owned"]
+    assert row["idle"] == 3 and row["alone_replicas"] == 0 and row["smallest_replica_gpus"] == 4
+    assert row["why"].startswith("too few for one replica (the smallest that meets the targets takes 4 GPUs)")
+    assert f"${row['running_cost_usd']:,.0f}" in row["why"]
 
 
 def test_training_buys_only_what_the_owned_server_lacks(catalog, tiny_problem):

@@ -49,12 +49,16 @@ def owned_account(rec: Recommendation, catalog: Catalog) -> list[dict[str, Any]]
 
 
 def _alone(rec: Recommendation, pool: str, idle: int) -> dict[str, Any]:
-    """What ``idle`` GPUs of the pool would serve with their best replica type (output tokens/s)."""
-    best = max((r for r in rec.table.serving if rec.table.groups[r.group].pool == pool),
-               key=lambda r: r.tokens_per_s / r.gpus_per_replica, default=None)
-    if best is None:
+    """What ``idle`` GPUs of the pool would serve with the replica type that makes the most of
+    them (output tokens/s), or, when too few for any replica, the smallest replica they lack."""
+    types = [r for r in rec.table.serving if rec.table.groups[r.group].pool == pool]
+    if not types:
         return {}
+    best = max(types, key=lambda r: ((idle // r.gpus_per_replica) * r.tokens_per_s, -r.gpus_per_replica))
     replicas = idle // best.gpus_per_replica
+    if replicas == 0:
+        return {"alone_output_tokens_per_s": 0.0, "alone_replicas": 0,
+                "smallest_replica_gpus": min(r.gpus_per_replica for r in types)}
     return {"alone_output_tokens_per_s": replicas * best.tokens_per_s, "alone_replicas": replicas,
             "alone_replica": f"TP={best.plan.tp} PP={best.plan.pp}{ADP if best.plan.attention_dp else ''} "
                              f"{best.plan.precision}, batch {best.plan.batch}"}
@@ -63,8 +67,13 @@ def _alone(rec: Recommendation, pool: str, idle: int) -> dict[str, Any]:
 def _why(kind: str, e: dict[str, Any]) -> str:
     if kind == "train" or "alone_output_tokens_per_s" not in e:
         return "the job runs on one GPU type, and another meets the target at less cost"
+    if not e["alone_replicas"]:
+        return (f"too few for one replica (the smallest that meets the targets takes "
+                f"{e['smallest_replica_gpus']} GPUs); running them would cost ${e['running_cost_usd']:,.0f} "
+                f"over the horizon")
     return (f"running them would cost ${e['running_cost_usd']:,.0f} over the horizon for "
-            f"{e['alone_output_tokens_per_s']:,.0f} output tokens/s ({e['alone_replicas']} replicas of "
+            f"{e['alone_output_tokens_per_s']:,.0f} output tokens/s ({e['alone_replicas']} "
+            f"replica{'s' if e['alone_replicas'] > 1 else ''} of "
             f"{e['alone_replica']}); every target is met for less without them")
 
 
