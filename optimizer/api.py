@@ -182,7 +182,7 @@ def compare(model: str, workload: str = "both", gpus: int = 64, input_len: int =
 def estimate_train(model: str, gpu: str, gpus: int, catalog: Catalog | None = None, **options: Any) -> Estimate:
     """One training configuration through the performance model (``gpuopt estimate train``).
     ``options``: tp, pp, micro_batch, global_batch, seq_len, recompute, sequence_parallel, zero,
-    cp, ep, virtual_stages, precision, stack, server, fabric, tokens."""
+    cp, ep, virtual_stages, precision, stack, server, fabric, tokens, memory_headroom."""
     return _estimate_train(catalog or load_catalog(), model, gpu, gpus, **options)
 
 

@@ -14,8 +14,8 @@ from optimizer.catalog import AT_BATCH, AT_MAX_LOAD, Catalog
 from optimizer.errors import CatalogError, ProblemError, suggest
 from optimizer.perf.params import ServeParams, TrainParams
 from optimizer.perf.serve import ServePlan, math_precision, serve
-from optimizer.perf.specs import ModelSpec, TrainPlan, as_precision, as_recompute
-from optimizer.perf.train import train_step
+from optimizer.perf.specs import Hardware, ModelSpec, TrainPlan, as_precision, as_recompute
+from optimizer.perf.train import TrainResult, train_step
 from optimizer.problem import resolve_model
 from optimizer.validation import parse_quantity
 
@@ -45,9 +45,10 @@ def estimate_train(catalog: Catalog, model: str, gpu: str, gpus: int, tp: int = 
                    micro_batch: int = 1, global_batch: int | None = None, seq_len: int | None = None,
                    recompute: str = "selective", sequence_parallel: bool = False, zero: int = 1, cp: int = 1,
                    ep: int = 1, virtual_stages: int = 1, precision: str = "bf16", stack: str | None = None,
-                   server: str | None = None, fabric: str | None = None, tokens: str | float | None = None
-                   ) -> Estimate:
-    """Memory, step time, tokens/s, TFLOP/s per GPU, MFU and days for one training configuration."""
+                   server: str | None = None, fabric: str | None = None, tokens: str | float | None = None,
+                   memory_headroom: float | None = None) -> Estimate:
+    """Memory, step time, tokens/s, TFLOP/s per GPU, MFU and days for one training configuration;
+    it fits when it stays within the GPU's memory less ``memory_headroom`` (default: the catalog's)."""
     try:
         train_precision, recompute_mode = as_precision(precision), as_recompute(recompute)
     except ValueError as exc:
@@ -81,15 +82,15 @@ def estimate_train(catalog: Catalog, model: str, gpu: str, gpus: int, tp: int = 
     resolved = catalog.resolve("training", gpu, precision, stack_id)
     assert isinstance(resolved.params, TrainParams)  # a training stack resolves to training parameters
     try:
-        result = train_step(spec, hw, plan, resolved.params, catalog.efficiency.reserved_memory)
+        headroom = catalog.efficiency.memory_headroom if memory_headroom is None else memory_headroom
+        result = train_step(spec, hw, plan, resolved.params, catalog.efficiency.reserved_memory, headroom)
     except ValueError as exc:
         raise ProblemError(f"{exc}. To fix: check --precision, --cp, --ep and --gpus.") from None
     out: dict[str, Any] = {
         "model": spec.name, "gpu": gpu, "server": server_id, "fabric": fabric_id, "gpus": gpus,
         "plan": plan.describe(), "stack": stack_id, "stack_default": stack is None,
         "extrapolated": list(resolved.extrapolated), "fits": result.fits,
-        "memory_gb_per_gpu": result.memory.total / 1e9, "memory_capacity_gb": result.memory_capacity / 1e9,
-        "memory_breakdown_gb": {k: v / 1e9 for k, v in result.memory.breakdown().items()},
+        **_train_memory(result, hw, headroom),
         "step_time_s": result.step_time, "step_breakdown_s": dict(result.breakdown),
         "tokens_per_step": result.tokens_per_step, "tokens_per_s": result.tokens_per_s,
         "tflops_per_gpu": result.flops_per_gpu / 1e12, "mfu": result.mfu, "hfu": result.hfu,
@@ -102,6 +103,13 @@ def estimate_train(catalog: Catalog, model: str, gpu: str, gpus: int, tp: int = 
     return Estimate(out, _train_lines(out, stack is None, resolved.extrapolated, n_tokens))
 
 
+def _train_memory(result: TrainResult, hw: Hardware, headroom: float) -> dict[str, Any]:
+    """Memory per GPU of a training estimate: used, usable (less the headroom), total, breakdown."""
+    return {"memory_gb_per_gpu": result.memory.total / 1e9, "memory_capacity_gb": result.memory_capacity / 1e9,
+            "memory_total_gb": hw.device.memory / 1e9, "memory_headroom": headroom,
+            "memory_breakdown_gb": {k: v / 1e9 for k, v in result.memory.breakdown().items()}}
+
+
 def _train_lines(out: dict[str, Any], default_stack: bool, extrapolated: tuple[str, ...],
                  n_tokens: float | None) -> tuple[str, ...]:
     """The text of a training estimate, from its JSON record."""
@@ -111,7 +119,8 @@ def _train_lines(out: dict[str, Any], default_stack: bool, extrapolated: tuple[s
     lines = [
         f"{out['model']} on {out['gpus']} x {out['gpu']} ({out['server']}{fabric}): {out['plan']}",
         _stack_line("training stack", out["stack"], default_stack, extrapolated),
-        f"memory per GPU {out['memory_gb_per_gpu']:,.1f} of {out['memory_capacity_gb']:,.0f} GB ({verdict}): "
+        f"memory per GPU {out['memory_gb_per_gpu']:,.1f} of {out['memory_capacity_gb']:,.1f} GB usable "
+        f"({out['memory_total_gb']:,.0f} GB less {out['memory_headroom']:.0%} headroom; {verdict}): "
         + ", ".join(f"{k} {v:,.1f}" for k, v in out["memory_breakdown_gb"].items()),
         f"step {out['step_time_s']:,.3f} s: " + ", ".join(f"{k} {v:,.3f}" for k, v in out["step_breakdown_s"].items()
                                                        if v),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -127,3 +128,22 @@ def test_candidate_throughput_is_a_lower_bound_over_its_dp_range(tiny_problem, c
             assert r.tokens_per_s / dp >= c.replica_tokens_per_s * (1 - 1e-12), (c.key, dp)
             checked += 1
     assert checked > 20
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "tests" / "snapshots").glob("solve_*.json")), ids=lambda p: p.stem)
+def test_no_shipped_answer_uses_more_memory_than_it_may(path):
+    """Every shipped example's answer (its stored `solve --format json`, itself checked against a
+    fresh solve above) keeps each GPU within its usable memory: the training headroom, or the
+    serving engine's own share."""
+    out = json.loads(path.read_text())
+    plan = out["plan"]
+    plans = [plan] if "memory_usable_gb_per_gpu" in plan else list(plan.get("replicas", []))
+    for w in plan.get("workloads", []):  # several workloads: each training plan and serving replica
+        plans += w.get("replicas", []) or [w]
+    assert plans, path.name
+    for p in plans:
+        assert p["memory_gb_per_gpu"] <= p["memory_usable_gb_per_gpu"] + 1e-9, (path.name, p)
+        assert p["memory_usable_gb_per_gpu"] <= p["memory_total_gb_per_gpu"] + 1e-9, (path.name, p)
+        if "memory_headroom" in p:  # training: the total less the headroom
+            usable = p["memory_total_gb_per_gpu"] * (1 - p["memory_headroom"])
+            assert p["memory_usable_gb_per_gpu"] == pytest.approx(usable)

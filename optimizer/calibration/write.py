@@ -74,7 +74,9 @@ def _value(v: float, rows: int, sources: int) -> dict[str, Any]:
 def efficiency_yaml(table: EfficiencyFile, fits: dict[str, tuple[FitResult, Dataset, dict]], fitted: str) -> str:
     data: dict[str, Any] = {"schema_version": table.schema_version, "fitted": fitted, "families": dict(table.families),
                             "reserved_memory_gb": table.reserved_memory_gb,
-                            "reserved_memory_source": table.reserved_memory_source, "support": {}}
+                            "reserved_memory_source": table.reserved_memory_source,
+                            "memory_headroom": table.memory_headroom,
+                            "memory_headroom_source": table.memory_headroom_source, "support": {}}
     for kind in ("training", "serving"):
         params = getattr(table, kind)
         out: dict[str, Any] = {}

@@ -116,6 +116,8 @@ class EfficiencyFile(_Record):
     support: dict[Kind, Support] = {}
     reserved_memory_gb: float = Field(ge=0, le=100)
     reserved_memory_source: str
+    memory_headroom: float = Field(default=0.0, ge=0, lt=0.9)  # share of a GPU's memory a training plan leaves free
+    memory_headroom_source: str = ""
     training: dict[str, Parameter]
     serving: dict[str, Parameter]
 
@@ -150,6 +152,7 @@ class Efficiency:
     engines: dict[str, Engine]
     defaults: dict[str, dict[str, str]]
     reserved_memory: float  # bytes
+    memory_headroom: float = 0.0  # share of each GPU's memory a training plan leaves free (fragmentation)
 
     def stack(self, kind: Kind, ident: str) -> TrainStack | Engine:
         """A stack or engine by id or alias."""
@@ -233,4 +236,4 @@ def load_efficiency(root: Path) -> Efficiency:
                     raise CatalogError(f"{eff_path}: {kind}.{name}.stacks: '{key}' is not in {stacks_path.name}."
                                        f"{suggest(key, entries)} To fix: add it there or remove the value.")
     defaults: dict[str, dict[str, str]] = {kind: vendors for kind, vendors in stacks_file.defaults.items()}
-    return Efficiency(table, stacks, engines, defaults, table.reserved_memory_gb * 1e9)
+    return Efficiency(table, stacks, engines, defaults, table.reserved_memory_gb * 1e9, table.memory_headroom)

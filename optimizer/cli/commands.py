@@ -89,6 +89,8 @@ def estimate() -> None:
 @click.option("--server", "server_id", default=None, help="Server id (default: the first that takes the GPU).")
 @click.option("--fabric", "fabric_id", default=None, help="Fabric id between servers (default: the server's first).")
 @click.option("--tokens", default=None, help="Training tokens, e.g. 1T or 2e12, to print days.")
+@click.option("--memory-headroom", type=click.FloatRange(0.0, 0.9, max_open=True), default=None,
+              help="Share of each GPU's memory kept free for allocator fragmentation (default: the catalog's, 0.1).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @catalog_option
 @handle_errors
@@ -96,7 +98,7 @@ def estimate_train(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, mic
                    global_batch: int | None, seq_len: int | None, recompute: str, sequence_parallel: bool,
                    zero: int, cp: int, ep: int, virtual_stages: int, precision: str, stack: str | None,
                    server_id: str | None, fabric_id: str | None,
-                   tokens: str | None, fmt: str, catalog_dir: Path | None) -> None:
+                   tokens: str | None, memory_headroom: float | None, fmt: str, catalog_dir: Path | None) -> None:
     """Memory, step time, tokens/s, TFLOP/s per GPU, MFU and days for one configuration.
 
     \b
@@ -107,7 +109,7 @@ def estimate_train(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, mic
         model_ref, gpu_id, gpus, go.load_catalog(catalog_dir), tp=tp, pp=pp, micro_batch=micro_batch,
         global_batch=global_batch, seq_len=seq_len, recompute=recompute, sequence_parallel=sequence_parallel,
         zero=zero, cp=cp, ep=ep, virtual_stages=virtual_stages, precision=precision, stack=stack, server=server_id,
-        fabric=fabric_id, tokens=tokens)
+        fabric=fabric_id, tokens=tokens, memory_headroom=memory_headroom)
     click.echo(estimate.render(fmt), nl=False)
 
 

@@ -295,8 +295,10 @@ def step_time(t: TrainTerms, p: TrainParams) -> StepParts:
 
 
 def train_step(m: ModelSpec, hw: Hardware, plan: TrainPlan, params: TrainParams,
-               reserved_memory: float = 0.0) -> TrainResult:
-    """Predict one configuration. Raises ValueError for a precision the GPU lacks."""
+               reserved_memory: float = 0.0, headroom: float = 0.0) -> TrainResult:
+    """Predict one configuration; it fits when its memory stays within the GPU's memory less
+    ``headroom`` (a share kept free for allocator fragmentation). Raises ValueError for a
+    precision the GPU lacks."""
     terms = train_terms(m, hw, plan)
     parts = step_time(terms, params)
     step = float(parts.total)
@@ -305,9 +307,9 @@ def train_step(m: ModelSpec, hw: Hardware, plan: TrainPlan, params: TrainParams,
     flops_gpu = float(terms.model_flops_per_token) * tokens_per_s / plan.gpus
     hw_flops_gpu = float(terms.hardware_flops_per_token) * tokens_per_s / plan.gpus
     return TrainResult(
-        fits=memory.total <= hw.device.memory,
+        fits=memory.total <= hw.device.memory * (1.0 - headroom),
         memory=memory,
-        memory_capacity=hw.device.memory,
+        memory_capacity=hw.device.memory * (1.0 - headroom),
         step_time=step,
         tokens_per_step=int(terms.tokens_per_step),
         tokens_per_s=tokens_per_s,

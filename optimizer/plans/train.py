@@ -122,7 +122,7 @@ def enumerate_plans(problem: Problem, catalog: Catalog) -> PlanTable:
                 best_memory = c
         dropped.update(reason_counts)
         if len(candidates) == before:
-            gpu_reasons[gpu_id] = _memory_reason(gpu, best_memory, reason_counts)
+            gpu_reasons[gpu_id] = _memory_reason(gpu, best_memory, reason_counts, problem.memory_headroom)
     kept, pruned = prune_dominated(candidates)
     kept = [with_memory(c, problem, reserved) for c in kept]
     used = {c.group for c in kept}
@@ -130,9 +130,10 @@ def enumerate_plans(problem: Problem, catalog: Catalog) -> PlanTable:
                      gpu_reasons, enumerated, pruned)
 
 
-def _memory_reason(gpu: Gpu, best: tuple[float, str] | None, counts: Counter[str]) -> str:
+def _memory_reason(gpu: Gpu, best: tuple[float, str] | None, counts: Counter[str], headroom: float) -> str:
     if best is not None:
-        return (f"memory: needs {best[0]:,.1f} GB per GPU even at {best[1]}; has {gpu.memory_gb:,.0f} GB")
+        usable = f" ({gpu.memory_gb * (1 - headroom):,.1f} usable at {headroom:.0%} headroom)" if headroom else ""
+        return (f"memory: needs {best[0]:,.1f} GB per GPU even at {best[1]}; has {gpu.memory_gb:,.0f} GB{usable}")
     if counts:
         return "no plan: " + ", ".join(f"{k} ({v})" for k, v in counts.most_common())
     return "no plan in the search grid"
@@ -157,7 +158,7 @@ def _group_candidates(problem: Problem, group: Group, hw: Hardware, setup: Setup
                       factor: float) -> tuple[int, tuple[float, str] | None]:
     """Append the group's candidates to ``out``; return (templates tried, least memory that failed)."""
     m, search = problem.model, problem.search
-    capacity = hw.device.memory
+    capacity = hw.device.memory * (1.0 - problem.memory_headroom)  # the share fragmentation leaves
     multi = group.fabric is not None
     links = (hw, hw.oversubscribed(group.oversubscription))  # within one leaf, and across leaves
     tried = 0

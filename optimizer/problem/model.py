@@ -105,6 +105,7 @@ class Problem:
     prices: tuple[PriceOverride, ...] = ()
     region: str | None = None
     oversubscription: float = 1.0  # leaf downlinks per uplink in a two-tier fabric
+    memory_headroom: float = 0.0  # share of each GPU's memory a training plan leaves free
     phases: tuple[Phase, ...] = ()  # several workloads (kind "multi"), each a problem of its own
     # the catalog at this problem's prices, as ``with_prices`` resolved it (None: not yet priced)
     catalog: Catalog | None = field(default=None, compare=False, repr=False)

@@ -204,6 +204,7 @@ def problem_from_data(data: dict[str, Any], path: Path, catalog: Catalog, check_
         **_workload_fields(path, catalog, w, model),
         confidence=spec.confidence,
         oversubscription=spec.network.oversubscription,
+        memory_headroom=catalog.efficiency.memory_headroom if hw.memory_headroom is None else hw.memory_headroom,
         **extra,
     )
 

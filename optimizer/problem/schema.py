@@ -180,6 +180,8 @@ class HardwareChoice(Strict):
     allow_vendors: tuple[str, ...] | None = None
     exclude_vendors: tuple[str, ...] = ()
     max_units: dict[str, int] = {}  # GPU or server id -> most units that can be bought
+    # share of each GPU's memory no training plan uses (allocator fragmentation); None: the catalog's
+    memory_headroom: float | None = Field(default=None, ge=0, lt=0.9)
 
 
 class NetworkChoice(Strict):

@@ -72,7 +72,7 @@ def train_checks(problem: Problem, catalog: Catalog, table: PlanTable, c: Candid
         hw = hw.oversubscribed(group.oversubscription)
     result = train_step(problem.model, hw, replace(c.plan, dp=dp * c.plan.ep),
                         catalog.train_params(group.gpu, problem.precision, problem.stack),
-                        catalog.efficiency.reserved_memory)
+                        catalog.efficiency.reserved_memory, problem.memory_headroom)
     factor = confidence_factor(problem, catalog, group.gpu)
     planned = result.tokens_per_s * factor
     solver_rate = c.replica_tokens_per_s * dp
@@ -80,7 +80,8 @@ def train_checks(problem: Problem, catalog: Catalog, table: PlanTable, c: Candid
     at = f" x {factor:.3f} at {problem.confidence} % confidence" if problem.confidence else ""
     checks = [
         Check(what="memory", ok=result.fits, measured=result.memory.total, limit=result.memory_capacity,
-              text=f"memory {result.memory.total / 1e9:,.1f} GB per GPU ≤ {result.memory_capacity / 1e9:,.0f} GB"),
+              text=f"memory {result.memory.total / 1e9:,.1f} GB per GPU ≤ {result.memory_capacity / 1e9:,.1f} GB "
+                   f"usable of {hw.device.memory / 1e9:,.0f} ({problem.memory_headroom:.0%} headroom)"),
         at_least("throughput", planned, solver_rate,
                  f"throughput at dp={dp}: {result.tokens_per_s:,.0f}{at} ≥ the solver's {solver_rate:,.0f} tokens/s"),
         Check(what="global_batch", ok=problem.min_global_batch <= gb <= problem.max_global_batch, measured=gb,

@@ -145,6 +145,9 @@ def _training_plan(rec: Recommendation) -> dict[str, Any]:
         "mfu": perf.mfu, "step_time_s": perf.step_time,
         "step_breakdown_s": dict(perf.breakdown),
         "memory_gb_per_gpu": perf.memory.total / 1e9,
+        "memory_usable_gb_per_gpu": perf.memory_capacity / 1e9,
+        "memory_total_gb_per_gpu": perf.memory_capacity / (1.0 - rec.problem.memory_headroom) / 1e9,
+        "memory_headroom": rec.problem.memory_headroom,
         "memory_breakdown_gb": {k: v / 1e9 for k, v in perf.memory.breakdown().items()},
         "candidate": c.key,
         "network": network_summary(g, sol.counts),
@@ -176,6 +179,9 @@ def _serving_plan(rec: Recommendation) -> dict[str, Any]:
             "batch": r.plan.batch, "gpus": count * r.gpus_per_replica,
             "output_tokens_per_s_each": res.output_tokens_per_s, "output_tokens_per_s": count * res.output_tokens_per_s,
             "ttft_ms": res.ttft * 1e3, "tpot_ms": res.tpot * 1e3, "memory_gb_per_gpu": res.memory_per_gpu / 1e9,
+            # the engine's own share of the GPU (vLLM: gpu_memory_utilization) is what it may use
+            "memory_usable_gb_per_gpu": res.memory_capacity / 1e9,
+            "memory_total_gb_per_gpu": res.memory_capacity / r.plan.memory_fraction / 1e9,
             "candidate": r.key})
     capacity = sol.serving_capacity()
     return {"replicas": replicas,

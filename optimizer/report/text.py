@@ -9,7 +9,7 @@ from typing import Any
 from optimizer.report.bom import _bom_table, _money
 from optimizer.report.owned import owned_lines
 from optimizer.report.tco import break_even_lines, cost_lines, price_lines
-from optimizer.report.workloads import ADP, workloads_text
+from optimizer.report.workloads import ADP, memory_text, workloads_text
 
 
 def network_line(net: dict[str, Any]) -> str:
@@ -127,7 +127,8 @@ def _training_text(s: dict[str, Any], h) -> list[str]:
         f"sequences, {plan['recompute']} recompute, ZeRO-{plan['zero']}"
         f"{', sequence parallel' if plan['sequence_parallel'] else ''}, {plan['precision']}.",
         *([network_line(plan["network"])] if plan.get("network") else []),
-        f"Memory per GPU {plan['memory_gb_per_gpu']:,.1f} GB: "
+        f"Memory per GPU {plan['memory_gb_per_gpu']:,.1f} of {plan['memory_usable_gb_per_gpu']:,.1f} GB usable "
+        f"({plan['memory_total_gb_per_gpu']:,.0f} GB less {plan['memory_headroom']:.0%} headroom): "
         + ", ".join(f"{k} {v:,.1f}" for k, v in plan["memory_breakdown_gb"].items()) + ".",
         f"Step time {plan['step_time_s']:,.3f} s: "
         + ", ".join(f"{k} {v:,.3f}" for k, v in plan["step_breakdown_s"].items() if v > 0) + ".",
@@ -147,7 +148,7 @@ def _serving_text(s: dict[str, Any], h) -> list[str]:
                      f"(TP={r['tp']} PP={r['pp']}{ADP if r['attention_dp'] else ''}, {r['precision']} weights, "
                      f"{r['kv_precision']} KV), "
                      f"batch {r['batch']}: {r['output_tokens_per_s_each']:,.0f} output tokens/s each, "
-                     f"TTFT {r['ttft_ms']:,.0f} ms, TPOT {r['tpot_ms']:,.1f} ms.")
+                     f"TTFT {r['ttft_ms']:,.0f} ms, TPOT {r['tpot_ms']:,.1f} ms; {memory_text(r)}.")
     lines.append(f"In all {plan['gpus']} GPUs ({', '.join(plan['gpu_types'])}) in {plan['servers']} servers; "
                  "capacity " + ", ".join(_capacity_text(c, p.get("confidence")) for c in plan["classes"])
                  + " output tokens/s.")

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from optimizer.catalog import Catalog
-from optimizer.problem import answer_regime
+from optimizer.perf.train import TrainResult
+from optimizer.problem import Phase, answer_regime
 from optimizer.recommend import Recommendation
 
 ADP = " attention data-parallel"  # after TP=… PP=… for a replica whose attention is data-parallel
@@ -23,6 +24,30 @@ def predicted_capacity(replicas: list[dict[str, Any]], name: str) -> float:
     count the uncertainty twice."""
     return sum(r["output_tokens_per_s_each"] * r["replicas"] for r in replicas if r["class"] == name)
 
+
+def memory_text(r: dict[str, Any]) -> str:
+    """Used / usable / total memory per GPU of a serving replica (usable: the engine's share)."""
+    return (f"memory {r['memory_gb_per_gpu']:,.1f} of {r['memory_usable_gb_per_gpu']:,.1f} GB usable per GPU "
+            f"({r['memory_total_gb_per_gpu']:,.0f} GB)")
+
+def _train_entry(rec: Recommendation, catalog: Catalog, ph: Phase, result: TrainResult) -> dict[str, Any]:
+    """A training workload's hardware, plan, speed and memory (used / usable / total per GPU)."""
+    c, dp = next((c, dp) for c, dp in rec.solution.plans if c.workload == ph.name)
+    g = rec.table.groups[c.group]
+    days = ph.problem.tokens / result.tokens_per_s / 86400
+    train_band = catalog.band_for("train", ph.problem.stack, (g.gpu, ph.problem.precision))
+    return dict(tokens=ph.problem.tokens, group=g.key, gpu=g.gpu, server=g.server, fabric=g.fabric,
+                offer=g.offer, gpus=c.gpus_per_replica * dp, tp=c.plan.tp, pp=c.plan.pp, dp=dp * c.plan.ep,
+                cp=c.plan.cp, ep=c.plan.ep, micro_batch=c.plan.micro_batch,
+                micro_batches=c.plan.num_micro_batches, recompute=c.plan.recompute, zero=c.plan.zero,
+                tokens_per_s=result.tokens_per_s, mfu=result.mfu, days=days,
+                days_band_90=[days / train_band.ratio(95), days / train_band.ratio(5)],
+                memory_gb_per_gpu=result.memory.total / 1e9,
+                memory_usable_gb_per_gpu=result.memory_capacity / 1e9,
+                memory_total_gb_per_gpu=result.memory_capacity / (1.0 - ph.problem.memory_headroom) / 1e9,
+                memory_headroom=ph.problem.memory_headroom, candidate=c.key)
+
+
 def workloads_plan(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
     """Per workload: its window, hardware and plan (training) or replicas (serving); per
     hardware group: what was bought or owned and which workloads use how many of its GPUs."""
@@ -34,17 +59,7 @@ def workloads_plan(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
         entry: dict[str, Any] = {"name": ph.name, "kind": ph.kind, "start_day": ph.start_s / 86400,
                                  "end_day": ph.end_s / 86400, "model": ph.problem.model_id}
         if ph.kind == "train":
-            c, dp = next((c, dp) for c, dp in sol.plans if c.workload == ph.name)
-            g, result = groups[c.group], perf[ph.name]
-            days = ph.problem.tokens / result.tokens_per_s / 86400
-            train_band = catalog.band_for("train", ph.problem.stack, (g.gpu, ph.problem.precision))
-            entry.update(tokens=ph.problem.tokens, group=g.key, gpu=g.gpu, server=g.server, fabric=g.fabric,
-                         offer=g.offer, gpus=c.gpus_per_replica * dp, tp=c.plan.tp, pp=c.plan.pp, dp=dp * c.plan.ep,
-                         cp=c.plan.cp, ep=c.plan.ep, micro_batch=c.plan.micro_batch,
-                         micro_batches=c.plan.num_micro_batches, recompute=c.plan.recompute, zero=c.plan.zero,
-                         tokens_per_s=result.tokens_per_s, mfu=result.mfu, days=days,
-                         days_band_90=[days / train_band.ratio(95), days / train_band.ratio(5)],
-                         memory_gb_per_gpu=result.memory.total / 1e9, candidate=c.key)
+            entry.update(_train_entry(rec, catalog, ph, perf[ph.name]))
         else:
             replicas: list[dict[str, Any]] = []
             for r, n in sol.replicas:
@@ -56,7 +71,10 @@ def workloads_plan(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
                                  "attention_dp": r.plan.attention_dp, "precision": r.plan.precision,
                                  "batch": r.plan.batch, "gpus": n * r.gpus_per_replica,
                                  "output_tokens_per_s_each": res.output_tokens_per_s, "ttft_ms": res.ttft * 1e3,
-                                 "tpot_ms": res.tpot * 1e3, "candidate": r.key})
+                                 "tpot_ms": res.tpot * 1e3, "memory_gb_per_gpu": res.memory_per_gpu / 1e9,
+                                 "memory_usable_gb_per_gpu": res.memory_capacity / 1e9,
+                                 "memory_total_gb_per_gpu": res.memory_capacity / r.plan.memory_fraction / 1e9,
+                                 "candidate": r.key})
             capacity = sol.serving_capacity()
             serve_band = catalog.band_for("serve", ph.problem.stack,
                                           *((r["gpu"], r["precision"]) for r in replicas),
@@ -108,7 +126,7 @@ def workloads_text(s: dict[str, Any], h, acquire) -> list[str]:
                          f"(TP={r['tp']} PP={r['pp']}{ADP if r['attention_dp'] else ''}, {r['precision']}), "
                          f"batch {r['batch']}: "
                          f"{r['output_tokens_per_s_each']:,.0f} output tokens/s each, TTFT {r['ttft_ms']:,.0f} ms, "
-                         f"TPOT {r['tpot_ms']:,.1f} ms.")
+                         f"TPOT {r['tpot_ms']:,.1f} ms; {memory_text(r)}.")
         lines += [f"  {c['name']}: capacity {c['capacity_output_tokens_per_s']:,.0f} of "
                   f"{c['demand_output_tokens_per_s']:,.0f} output tokens/s (90 % band "
                   f"{c['capacity_band_90'][0]:,.0f}-{c['capacity_band_90'][1]:,.0f})." for c in w["classes"]]

@@ -91,7 +91,7 @@ def _train_figures(problem: Problem, catalog: Catalog, gpus: int) -> tuple[dict[
         plan = replace(c.plan, dp=gpus // c.gpus_per_replica * c.plan.ep)
         result = train_step(problem.model, catalog.hardware(g.gpu, g.server, g.fabric), plan,
                             catalog.train_params(g.gpu, problem.precision, problem.stack),
-                            catalog.efficiency.reserved_memory)
+                            catalog.efficiency.reserved_memory, problem.memory_headroom)
         need = purchase(g, gpus)
         capex, _, watts = group_costs(g, need)
         rank = (result.tokens_per_s, -capex)
