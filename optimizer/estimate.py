@@ -12,6 +12,7 @@ from typing import Any
 
 from optimizer.catalog import AT_BATCH, AT_MAX_LOAD, Catalog
 from optimizer.errors import CatalogError, ProblemError, suggest
+from optimizer.perf.goodput import goodput
 from optimizer.perf.params import ServeParams, TrainParams
 from optimizer.perf.serve import ServePlan, math_precision, serve
 from optimizer.perf.specs import Hardware, ModelSpec, TrainPlan, as_precision, as_recompute
@@ -48,7 +49,8 @@ def estimate_train(catalog: Catalog, model: str, gpu: str, gpus: int, tp: int = 
                    server: str | None = None, fabric: str | None = None, tokens: str | float | None = None,
                    memory_headroom: float | None = None) -> Estimate:
     """Memory, step time, tokens/s, TFLOP/s per GPU, MFU and days for one training configuration;
-    it fits when it stays within the GPU's memory less ``memory_headroom`` (default: the catalog's)."""
+    it fits when it stays within the GPU's memory less ``memory_headroom`` (default: the catalog's);
+    its days are wall-clock days, the failures and restarts of a job this size counted (goodput)."""
     try:
         train_precision, recompute_mode = as_precision(precision), as_recompute(recompute)
     except ValueError as exc:
@@ -62,8 +64,7 @@ def estimate_train(catalog: Catalog, model: str, gpu: str, gpus: int, tp: int = 
     if gpus % replica:
         raise ProblemError(f"--gpus {gpus} is not a multiple of TP {tp} × PP {pp} × CP {cp} = {replica}. "
                            f"To fix: use --gpus {max(1, gpus // replica) * replica}.")
-    dp = gpus // replica
-    s = seq_len or spec.seq_len
+    dp, s = gpus // replica, seq_len or spec.seq_len
     per_step = dp * micro_batch
     # default: about 4M tokens per step, rounded to whole micro-batches on every replica
     gb = global_batch or max(1, round(4e6 / s / per_step)) * per_step
@@ -75,8 +76,7 @@ def estimate_train(catalog: Catalog, model: str, gpu: str, gpus: int, tp: int = 
     stack_id = _stack(catalog, "training", stack, gpu)
     plan = TrainPlan(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, num_micro_batches=gb // (dp * micro_batch),
                      recompute=recompute_mode, sequence_parallel=sequence_parallel, zero=zero,
-                     precision=train_precision,
-                     seq_len=s, virtual_stages=virtual_stages, ep=ep, cp=cp,
+                     precision=train_precision, seq_len=s, virtual_stages=virtual_stages, ep=ep, cp=cp,
                      **catalog.train_plan_traits(gpu, stack_id))
     hw = catalog.hardware(gpu, server_id, fabric_id)
     resolved = catalog.resolve("training", gpu, precision, stack_id)
@@ -94,7 +94,8 @@ def estimate_train(catalog: Catalog, model: str, gpu: str, gpus: int, tp: int = 
         "step_time_s": result.step_time, "step_breakdown_s": dict(result.breakdown),
         "tokens_per_step": result.tokens_per_step, "tokens_per_s": result.tokens_per_s,
         "tflops_per_gpu": result.flops_per_gpu / 1e12, "mfu": result.mfu, "hfu": result.hfu,
-        "days": result.days(n_tokens) if n_tokens else None,
+        "goodput": (good := goodput(gpus, catalog.facility.reliability.reliability())).fraction,
+        "days": result.days(n_tokens) / good.fraction if n_tokens else None,
     }
     band = catalog.band("train", bool(resolved.extrapolated))
     out["band_90"] = {"tokens_per_s": [result.tokens_per_s * band.ratio(5), result.tokens_per_s * band.ratio(95)]}
@@ -129,7 +130,8 @@ def _train_lines(out: dict[str, Any], default_stack: bool, extrapolated: tuple[s
     ]
     if out["days"] is not None:
         d_lo, d_hi = out["band_90"]["days"]
-        lines.append(f"{out['days']:,.1f} days for {n_tokens:.3g} tokens (90 % band {d_lo:,.1f}-{d_hi:,.1f})")
+        lines.append(f"{out['days']:,.1f} days for {n_tokens:.3g} tokens (90 % band {d_lo:,.1f}-{d_hi:,.1f}), "
+                     f"failures and restarts included: goodput {out['goodput']:.1%}")
     return tuple(lines)
 
 

@@ -36,7 +36,8 @@ def test_estimate_train_json_keys():
         assert key in out
     assert out["fits"] is True
     assert out["tokens_per_s"] == pytest.approx(out["tokens_per_step"] / out["step_time_s"])
-    assert out["days"] == pytest.approx(1e12 / out["tokens_per_s"] / 86400)
+    assert 0.99 < out["goodput"] < 1  # 8 GPUs rarely fail, but they may
+    assert out["days"] == pytest.approx(1e12 / out["tokens_per_s"] / out["goodput"] / 86400)
     assert 0.3 < out["mfu"] < 0.75
 
 

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from optimizer.cli import main
 from optimizer.milp import GroupCount, capex_parts, fabric_links, network_switches
+from optimizer.perf.goodput import Reliability
 from optimizer.perf.specs import TrainPlan
 from optimizer.perf.train import train_step
 from optimizer.plans import build_groups, leaf_split
@@ -91,6 +92,7 @@ def test_oversubscription_moves_the_optimum(catalog, tmp_path):
     2:1 saves a leaf and a spine; on 4-rail HDR, whose all-reduce between leaves is already the
     slow part, 2:1 needs more GPUs to meet the deadline. gpuopt finds each."""
     problem, cat = load_priced(PROBLEM, catalog)
+    problem = replace(problem, reliability=Reliability())  # the fabric alone: no failures to plan for
     over = recommend(problem, cat)
     flat = recommend(replace(problem, oversubscription=1.0), cat)
     assert _fabric(over) == "ib-ndr-8" and _fabric(flat) == "ib-ndr-8"

@@ -396,3 +396,32 @@ def test_estimate_train_takes_a_memory_headroom():
     assert default["memory_headroom"] == pytest.approx(0.1) and none["memory_total_gb"] == pytest.approx(48)
     bad = runner.invoke(main, [*args, "--memory-headroom", "0.95"])
     assert bad.exit_code == 2 and "memory-headroom" in bad.output
+
+
+def test_training_days_include_failures_and_restarts(catalog):
+    """Goodput (Young 1974): a job on N GPUs fails N x 0.000474 times a day (Llama 3's 419
+    interruptions on 16,384 H100s in 54 days); each costs a restart and half a checkpoint interval.
+    The days include it, on their own line; a problem can set the rate to zero."""
+    from optimizer.perf.goodput import Reliability, goodput
+
+    llama3 = goodput(16_384, Reliability(419 / 16_384 / 54, 60.0, 300.0))
+    assert llama3.failures_per_day == pytest.approx(419 / 54)
+    assert llama3.checkpoint_interval_s / 60 == pytest.approx(19.3, abs=0.1)
+    assert 0.85 < llama3.fraction < 0.9  # Meta reports above 90 %: the defaults are a little cautious
+    assert goodput(16, Reliability(0.000474)).fraction > 0.99
+    assert goodput(10**6, Reliability(0.0)).fraction == 1.0
+    data = _data("llama2_70b_pretrain.yaml")
+    rec = _solve(data, catalog)
+    g = summary(rec, catalog)["plan"]["goodput"]
+    assert g["interruptions_per_gpu_day"] == pytest.approx(0.000474) and g["fraction"] < 0.995
+    assert rec.days == pytest.approx(g["days_without_failures"] / g["fraction"])
+    assert rec.days * 86400 <= rec.problem.deadline_s
+    data["goodput"] = {"interruptions_per_gpu_day": 0}
+    ideal = _solve(data, catalog)
+    assert summary(ideal, catalog)["plan"]["goodput"]["fraction"] == 1.0
+    assert ideal.solution.tco <= rec.solution.tco  # failures cost hardware (or time)
+    text = CliRunner().invoke(main, ["solve", "problems/llama2_70b_pretrain.yaml"]).output
+    assert "Goodput 98.6%, included: the job expects 0.14 failures a day" in text
+    data["goodput"] = {"restart_minutes": -1}
+    with pytest.raises(ProblemError, match="restart_minutes"):
+        _solve(data, catalog)

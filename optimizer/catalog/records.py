@@ -10,6 +10,7 @@ from typing import Literal, TypedDict, get_args
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from optimizer.errors import suggest
+from optimizer.perf.goodput import Reliability
 from optimizer.perf.specs import ModelSpec
 
 SCHEMA_VERSION = 1
@@ -269,6 +270,21 @@ class RackFacts(Record):
     floor_m2: Sourced  # floor area one rack needs, with its share of aisles
 
 
+class ReliabilityFacts(Record):
+    """What interrupts a training job and what recovering costs (optimizer.perf.goodput)."""
+    interruptions_per_gpu_day: Sourced
+    checkpoint_minutes: Sourced  # writing one checkpoint, the job paused
+    restart_minutes: Sourced  # detecting a failure, replacing the node, reloading the checkpoint
+
+    def reliability(self, interruptions_per_gpu_day: float | None = None, checkpoint_minutes: float | None = None,
+                    restart_minutes: float | None = None) -> Reliability:
+        """These facts as the model's record, each overridden where a value is given."""
+        given = (interruptions_per_gpu_day, checkpoint_minutes, restart_minutes)
+        facts = (self.interruptions_per_gpu_day, self.checkpoint_minutes, self.restart_minutes)
+        rate, checkpoint, restart = (f.value if g is None else g for g, f in zip(given, facts, strict=True))
+        return Reliability(rate, checkpoint * 60.0, restart * 60.0)
+
+
 class Facility(Record):
     schema_version: int
     electricity_usd_per_kwh: Sourced
@@ -278,6 +294,7 @@ class Facility(Record):
     maintenance_per_year: Sourced  # fraction of the hardware's catalog value per year
     colocation_usd_per_kw_month: Sourced
     racks: RackFacts
+    reliability: ReliabilityFacts
 
     @model_validator(mode="after")
     def _plausible(self) -> Facility:

@@ -13,6 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 
 from optimizer.catalog import Catalog, Gpu, TrainTraits
+from optimizer.perf.goodput import goodput
 from optimizer.perf.memory import training_memory
 from optimizer.perf.params import TrainParams
 from optimizer.perf.specs import Hardware, TrainPlan
@@ -210,7 +211,8 @@ def _group_candidates(problem: Problem, group: Group, hw: Hardware, setup: Setup
 def _add_bands(problem: Problem, group: Group, links: tuple[Hardware, Hardware], setup: Setup, plan: TrainPlan,
                dp_fit: int, out: list[Candidate], reasons: Counter[str], factor: float = 1.0) -> None:
     """One candidate per node-count band of the plan's data-parallel range, rated at its slowest
-    step (the hot path of enumeration: step time only, memory was checked by the caller)."""
+    step and the goodput of its largest job (failures grow with the GPUs: the hot path of
+    enumeration, step time only, memory was checked by the caller)."""
     mp = plan.unit_gpus
     span = _dp_range(problem, group, mp, plan.micro_batch * plan.num_micro_batches * plan.ep, dp_fit)
     if span is None:
@@ -231,8 +233,9 @@ def _add_bands(problem: Problem, group: Group, links: tuple[Hardware, Hardware],
         cp = (f"-cp{plan.cp}" if plan.cp > 1 else "") + (f"-ep{plan.ep}" if plan.ep > 1 else "")
         key = (f"{group.key}/tp{plan.tp}-pp{plan.pp}{vp}{cp}-mb{plan.micro_batch}x{plan.num_micro_batches}"
                f"-{plan.recompute}-z{plan.zero}/dp{band_lo}-{band_hi}")
+        good = goodput(band_hi * mp, problem.reliability).fraction
         out.append(Candidate(key, group.key, worst, band_lo, band_hi,
-                             float(terms.tokens_per_step) / band_hi / step * factor, 0.0))
+                             float(terms.tokens_per_step) / band_hi / step * factor * good, 0.0))
 
 
 def with_memory(c: Candidate, problem: Problem, reserved: float) -> Candidate:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
 from optimizer.catalog import Catalog
+from optimizer.perf.goodput import Reliability
 from optimizer.perf.specs import ModelSpec, Precision
 from optimizer.problem.enums import BudgetCovers, Objective
 from optimizer.problem.procurement import (
@@ -106,6 +107,7 @@ class Problem:
     region: str | None = None
     oversubscription: float = 1.0  # leaf downlinks per uplink in a two-tier fabric
     memory_headroom: float = 0.0  # share of each GPU's memory a training plan leaves free
+    reliability: Reliability = Reliability()  # failures and recovery of a training job (default: none)
     phases: tuple[Phase, ...] = ()  # several workloads (kind "multi"), each a problem of its own
     # the catalog at this problem's prices, as ``with_prices`` resolved it (None: not yet priced)
     catalog: Catalog | None = field(default=None, compare=False, repr=False)

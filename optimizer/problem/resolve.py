@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from optimizer.catalog import AT_BATCH, AT_MAX_LOAD, Catalog, gpu_names
 from optimizer.catalog.stacks import Kind
 from optimizer.errors import CatalogError, ProblemError, suggest
+from optimizer.perf.goodput import Reliability
 from optimizer.perf.specs import ModelSpec, Precision
 from optimizer.problem.enums import BudgetCovers, Objective
 from optimizer.problem.procurement import (
@@ -204,9 +205,24 @@ def problem_from_data(data: dict[str, Any], path: Path, catalog: Catalog, check_
         **_workload_fields(path, catalog, w, model),
         confidence=spec.confidence,
         oversubscription=spec.network.oversubscription,
-        memory_headroom=catalog.efficiency.memory_headroom if hw.memory_headroom is None else hw.memory_headroom,
+        **_margins(spec, catalog),
         **extra,
     )
+
+
+class _Margins(TypedDict):
+    memory_headroom: float
+    reliability: Reliability
+
+
+def _margins(spec: ProblemFile, catalog: Catalog) -> _Margins:
+    """What a training plan allows for beyond the model: the memory headroom, and failures and
+    restarts (the problem's goodput section over the catalog's rate and recovery times)."""
+    g, hw = spec.goodput, spec.hardware
+    reliability = catalog.facility.reliability.reliability(g.interruptions_per_gpu_day, g.checkpoint_minutes,
+                                                           g.restart_minutes)
+    headroom = catalog.efficiency.memory_headroom if hw.memory_headroom is None else hw.memory_headroom
+    return _Margins(memory_headroom=headroom, reliability=reliability)
 
 
 def _check_objective(path: Path, spec: ProblemFile, serving: bool) -> None:

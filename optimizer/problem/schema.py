@@ -195,6 +195,14 @@ class Cost(Strict):
     horizon_years: float | None = Field(default=None, gt=0, le=20)
 
 
+class GoodputChoice(Strict):
+    """Failures and recovery of a training job (None: the catalog's, catalogs/facility.yaml)."""
+
+    interruptions_per_gpu_day: float | None = Field(default=None, ge=0, le=1)
+    checkpoint_minutes: float | None = Field(default=None, ge=0, le=1440)
+    restart_minutes: float | None = Field(default=None, ge=0, le=10080)
+
+
 def _grid_value(what: str, allowed: range, examples: str) -> BeforeValidator:
     """The check of a search-grid entry: a whole number in ``allowed`` (not a bool, a fraction or a string)."""
     def check(value: object) -> int:
@@ -277,6 +285,7 @@ class ProblemFile(Strict):
     hardware: HardwareChoice = HardwareChoice()
     network: NetworkChoice = NetworkChoice()
     cost: Cost = Cost()
+    goodput: GoodputChoice = GoodputChoice()
     search: Search = Search()
     solver: SolverOptions = SolverOptions()
     confidence: Literal[50, 75, 80, 90, 95] | None = None

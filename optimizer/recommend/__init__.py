@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from optimizer.catalog import HOURS_PER_YEAR, Catalog
 from optimizer.errors import InfeasibleError, SolverError
 from optimizer.milp import MilpSolution, Status, solve
+from optimizer.perf.goodput import Goodput, goodput
 from optimizer.perf.serve import ServeResult
 from optimizer.perf.train import TrainResult
 from optimizer.plans import PlanTable
@@ -55,8 +56,16 @@ class Recommendation:
     phase_perf: tuple[tuple[str, TrainResult], ...] = ()  # several workloads: each training one's re-check
 
     @property
+    def goodput(self) -> Goodput | None:
+        """The training job's goodput: its share of wall-clock time left by failures and restarts."""
+        c = self.solution.candidate
+        return goodput(c.gpus_per_replica * self.solution.dp, self.problem.reliability) if c and self.perf else None
+
+    @property
     def days(self) -> float:
-        return self.problem.tokens / self.perf.tokens_per_s / 86400.0 if self.perf else 0.0
+        """Wall-clock days of a training job: the model's training time over its goodput."""
+        good = self.goodput
+        return self.problem.tokens / self.perf.tokens_per_s / good.fraction / 86400.0 if self.perf and good else 0.0
 
 
 def verify(problem: Problem, catalog: Catalog, table: PlanTable, sol: MilpSolution) -> Recommendation:

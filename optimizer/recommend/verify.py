@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from optimizer.catalog import Catalog
 from optimizer.errors import SolverError
 from optimizer.milp import MilpSolution, Targets, least_purchases, solution_costs
+from optimizer.perf.goodput import goodput
 from optimizer.perf.serve import ServeResult, serve
 from optimizer.perf.train import TrainResult, train_step
 from optimizer.plans import Candidate, PlanTable, ServeCandidate
@@ -74,10 +75,12 @@ def train_checks(problem: Problem, catalog: Catalog, table: PlanTable, c: Candid
                         catalog.train_params(group.gpu, problem.precision, problem.stack),
                         catalog.efficiency.reserved_memory, problem.memory_headroom)
     factor = confidence_factor(problem, catalog, group.gpu)
-    planned = result.tokens_per_s * factor
+    good = goodput(c.gpus_per_replica * dp, problem.reliability).fraction
+    planned = result.tokens_per_s * factor * good  # what the solver planned with: failures counted
     solver_rate = c.replica_tokens_per_s * dp
     gb = c.plan.micro_batch * c.plan.num_micro_batches * dp * c.plan.ep
-    at = f" x {factor:.3f} at {problem.confidence} % confidence" if problem.confidence else ""
+    at = (f" x {factor:.3f} at {problem.confidence} % confidence" if problem.confidence else "") + \
+        (f" x {good:.3f} goodput" if good < 1.0 else "")
     checks = [
         Check(what="memory", ok=result.fits, measured=result.memory.total, limit=result.memory_capacity,
               text=f"memory {result.memory.total / 1e9:,.1f} GB per GPU ≤ {result.memory_capacity / 1e9:,.1f} GB "

@@ -141,7 +141,8 @@ def _training_plan(rec: Recommendation) -> dict[str, Any]:
         "global_batch_seqs": plan.micro_batch * plan.num_micro_batches * sol.dp * plan.ep,
         "recompute": plan.recompute,
         "sequence_parallel": plan.sequence_parallel, "zero": plan.zero, "precision": plan.precision,
-        "days": rec.days, "tokens_per_s": perf.tokens_per_s, "tflops_per_gpu": perf.flops_per_gpu / 1e12,
+        "days": rec.days, "goodput": _goodput(rec), "tokens_per_s": perf.tokens_per_s,
+        "tflops_per_gpu": perf.flops_per_gpu / 1e12,
         "mfu": perf.mfu, "step_time_s": perf.step_time,
         "step_breakdown_s": dict(perf.breakdown),
         "memory_gb_per_gpu": perf.memory.total / 1e9,
@@ -152,6 +153,18 @@ def _training_plan(rec: Recommendation) -> dict[str, Any]:
         "candidate": c.key,
         "network": network_summary(g, sol.counts),
     }
+
+
+def _goodput(rec: Recommendation) -> dict[str, Any]:
+    """What failures cost the training job: its goodput, the failures a day it expects, Young's
+    checkpoint interval, and the rates and times assumed (problem or catalogs/facility.yaml)."""
+    good, r = rec.goodput, rec.problem.reliability
+    assert good is not None  # a training answer
+    return {"fraction": good.fraction, "failures_per_day": good.failures_per_day,
+            "checkpoint_interval_h": good.checkpoint_interval_s / 3600 if good.failures_per_day else None,
+            "days_without_failures": rec.days * good.fraction,
+            "interruptions_per_gpu_day": r.interruptions_per_gpu_day, "checkpoint_minutes": r.checkpoint_s / 60,
+            "restart_minutes": r.restart_s / 60}
 
 
 def network_summary(g, count) -> dict[str, Any] | None:

@@ -116,6 +116,7 @@ def _training_text(s: dict[str, Any], h) -> list[str]:
            else ").")
         + (f" Planned at {p['confidence']} % confidence: {plan['planned_days']:,.1f} days."
            if p.get("confidence") else ""),
+        goodput_line(plan["goodput"]),
         _cost_line(cost),
         h("Parallel plan"),
         f"TP={plan['tp']} PP={plan['pp']}"
@@ -133,6 +134,17 @@ def _training_text(s: dict[str, Any], h) -> list[str]:
         f"Step time {plan['step_time_s']:,.3f} s: "
         + ", ".join(f"{k} {v:,.3f}" for k, v in plan["step_breakdown_s"].items() if v > 0) + ".",
     ]
+
+
+def goodput_line(g: dict[str, Any]) -> str:
+    """The failure allowance in a training answer's days (optimizer.perf.goodput)."""
+    if not g["failures_per_day"]:
+        return "Goodput 100 %: no failures assumed (goodput.interruptions_per_gpu_day: 0)."
+    return (f"Goodput {g['fraction']:.1%}, included: the job expects {g['failures_per_day']:,.2f} failures a day "
+            f"(at {g['interruptions_per_gpu_day']:g} interruptions per GPU-day); each "
+            f"costs a {g['restart_minutes']:g}-minute restart and half a checkpoint interval of lost work "
+            f"(a {g['checkpoint_minutes']:g}-minute checkpoint every {g['checkpoint_interval_h']:,.1f} h); "
+            f"{g['days_without_failures']:,.1f} days without failures.")
 
 
 def _serving_text(s: dict[str, Any], h) -> list[str]:

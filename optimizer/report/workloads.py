@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from optimizer.catalog import Catalog
+from optimizer.perf.goodput import goodput
 from optimizer.perf.train import TrainResult
 from optimizer.problem import Phase, answer_regime
 from optimizer.recommend import Recommendation
@@ -34,7 +35,8 @@ def _train_entry(rec: Recommendation, catalog: Catalog, ph: Phase, result: Train
     """A training workload's hardware, plan, speed and memory (used / usable / total per GPU)."""
     c, dp = next((c, dp) for c, dp in rec.solution.plans if c.workload == ph.name)
     g = rec.table.groups[c.group]
-    days = ph.problem.tokens / result.tokens_per_s / 86400
+    good = goodput(c.gpus_per_replica * dp, ph.problem.reliability)
+    days = ph.problem.tokens / result.tokens_per_s / good.fraction / 86400
     train_band = catalog.band_for("train", ph.problem.stack, (g.gpu, ph.problem.precision))
     return dict(tokens=ph.problem.tokens, group=g.key, gpu=g.gpu, server=g.server, fabric=g.fabric,
                 offer=g.offer, gpus=c.gpus_per_replica * dp, tp=c.plan.tp, pp=c.plan.pp, dp=dp * c.plan.ep,
@@ -45,7 +47,7 @@ def _train_entry(rec: Recommendation, catalog: Catalog, ph: Phase, result: Train
                 memory_gb_per_gpu=result.memory.total / 1e9,
                 memory_usable_gb_per_gpu=result.memory_capacity / 1e9,
                 memory_total_gb_per_gpu=result.memory_capacity / (1.0 - ph.problem.memory_headroom) / 1e9,
-                memory_headroom=ph.problem.memory_headroom, candidate=c.key)
+                memory_headroom=ph.problem.memory_headroom, goodput=good.fraction, candidate=c.key)
 
 
 def workloads_plan(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
