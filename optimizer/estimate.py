@@ -15,7 +15,7 @@ from optimizer.errors import CatalogError, ProblemError, suggest
 from optimizer.perf.goodput import goodput
 from optimizer.perf.params import ServeParams, TrainParams
 from optimizer.perf.serve import ServePlan, math_precision, serve
-from optimizer.perf.specs import Hardware, ModelSpec, TrainPlan, as_precision, as_recompute
+from optimizer.perf.specs import ModelSpec, TrainPlan, as_precision, as_recompute
 from optimizer.perf.train import TrainResult, train_step
 from optimizer.problem import resolve_model
 from optimizer.validation import parse_quantity
@@ -90,7 +90,7 @@ def estimate_train(catalog: Catalog, model: str, gpu: str, gpus: int, tp: int = 
         "model": spec.name, "gpu": gpu, "server": server_id, "fabric": fabric_id, "gpus": gpus,
         "plan": plan.describe(), "stack": stack_id, "stack_default": stack is None,
         "extrapolated": list(resolved.extrapolated), "fits": result.fits,
-        **_train_memory(result, hw, headroom),
+        **_train_memory(result, headroom),
         "step_time_s": result.step_time, "step_breakdown_s": dict(result.breakdown),
         "tokens_per_step": result.tokens_per_step, "tokens_per_s": result.tokens_per_s,
         "tflops_per_gpu": result.flops_per_gpu / 1e12, "mfu": result.mfu, "hfu": result.hfu,
@@ -104,10 +104,10 @@ def estimate_train(catalog: Catalog, model: str, gpu: str, gpus: int, tp: int = 
     return Estimate(out, _train_lines(out, stack is None, resolved.extrapolated, n_tokens))
 
 
-def _train_memory(result: TrainResult, hw: Hardware, headroom: float) -> dict[str, Any]:
+def _train_memory(result: TrainResult, headroom: float) -> dict[str, Any]:
     """Memory per GPU of a training estimate: used, usable (less the headroom), total, breakdown."""
     return {"memory_gb_per_gpu": result.memory.total / 1e9, "memory_capacity_gb": result.memory_capacity / 1e9,
-            "memory_total_gb": hw.device.memory / 1e9, "memory_headroom": headroom,
+            "memory_total_gb": result.memory_total / 1e9, "memory_headroom": headroom,
             "memory_breakdown_gb": {k: v / 1e9 for k, v in result.memory.breakdown().items()}}
 
 

@@ -33,10 +33,6 @@ class Goodput:
     failures_per_day: float  # of the whole job
     checkpoint_interval_s: float  # Young's optimum (inf without failures)
 
-    @property
-    def waste(self) -> float:
-        return 1.0 / self.fraction - 1.0
-
 
 def goodput(gpus: int, r: Reliability) -> Goodput:
     """The goodput of a job on ``gpus`` GPUs (Young's checkpoint interval, first order)."""

@@ -63,6 +63,7 @@ class ServeResult:
     batch: int
     memory_per_gpu: float  # bytes at ``batch``
     memory_capacity: float  # bytes per GPU the engine may use (vLLM: gpu_memory_utilization of it)
+    memory_total: float  # the GPU's memory
     memory_breakdown: tuple[tuple[str, float], ...]
     ttft: float  # s, prefill of one prompt, plus the decode step in progress when the replica is busy
     tpot: float  # s, mean time between output tokens of one sequence at ``batch``
@@ -324,6 +325,7 @@ def serve(m: ModelSpec, hw: Hardware, plan: ServePlan, params: ServeParams) -> S
         batch=batch,
         memory_per_gpu=sum(memory.values()),
         memory_capacity=hw.device.memory * plan.memory_fraction,  # the engine's share of the GPU
+        memory_total=hw.device.memory,
         memory_breakdown=tuple(memory.items()),
         ttft=float(times.ttft),
         tpot=float(times.tpot),

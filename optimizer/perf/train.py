@@ -102,7 +102,8 @@ class TrainResult:
 
     fits: bool
     memory: MemoryResult
-    memory_capacity: float
+    memory_capacity: float  # bytes per GPU a plan may use: the GPU's memory less the headroom
+    memory_total: float  # the GPU's memory
     step_time: float
     tokens_per_step: int
     tokens_per_s: float  # whole configuration (all GPUs)
@@ -310,6 +311,7 @@ def train_step(m: ModelSpec, hw: Hardware, plan: TrainPlan, params: TrainParams,
         fits=memory.total <= hw.device.memory * (1.0 - headroom),
         memory=memory,
         memory_capacity=hw.device.memory * (1.0 - headroom),
+        memory_total=hw.device.memory,
         step_time=step,
         tokens_per_step=int(terms.tokens_per_step),
         tokens_per_s=tokens_per_s,

@@ -79,12 +79,12 @@ def train_checks(problem: Problem, catalog: Catalog, table: PlanTable, c: Candid
     planned = result.tokens_per_s * factor * good  # what the solver planned with: failures counted
     solver_rate = c.replica_tokens_per_s * dp
     gb = c.plan.micro_batch * c.plan.num_micro_batches * dp * c.plan.ep
-    at = (f" x {factor:.3f} at {problem.confidence} % confidence" if problem.confidence else "") + \
-        (f" x {good:.3f} goodput" if good < 1.0 else "")
+    at = f" x {factor:.3f} at {problem.confidence} % confidence" if problem.confidence else ""
+    at += f" x {good:.3f} goodput" if good < 1.0 else ""
     checks = [
         Check(what="memory", ok=result.fits, measured=result.memory.total, limit=result.memory_capacity,
               text=f"memory {result.memory.total / 1e9:,.1f} GB per GPU ≤ {result.memory_capacity / 1e9:,.1f} GB "
-                   f"usable of {hw.device.memory / 1e9:,.0f} ({problem.memory_headroom:.0%} headroom)"),
+                   f"usable of {result.memory_total / 1e9:,.0f} ({problem.memory_headroom:.0%} headroom)"),
         at_least("throughput", planned, solver_rate,
                  f"throughput at dp={dp}: {result.tokens_per_s:,.0f}{at} ≥ the solver's {solver_rate:,.0f} tokens/s"),
         Check(what="global_batch", ok=problem.min_global_batch <= gb <= problem.max_global_batch, measured=gb,

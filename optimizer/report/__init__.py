@@ -147,7 +147,7 @@ def _training_plan(rec: Recommendation) -> dict[str, Any]:
         "step_breakdown_s": dict(perf.breakdown),
         "memory_gb_per_gpu": perf.memory.total / 1e9,
         "memory_usable_gb_per_gpu": perf.memory_capacity / 1e9,
-        "memory_total_gb_per_gpu": perf.memory_capacity / (1.0 - rec.problem.memory_headroom) / 1e9,
+        "memory_total_gb_per_gpu": perf.memory_total / 1e9,
         "memory_headroom": rec.problem.memory_headroom,
         "memory_breakdown_gb": {k: v / 1e9 for k, v in perf.memory.breakdown().items()},
         "candidate": c.key,
@@ -194,7 +194,7 @@ def _serving_plan(rec: Recommendation) -> dict[str, Any]:
             "ttft_ms": res.ttft * 1e3, "tpot_ms": res.tpot * 1e3, "memory_gb_per_gpu": res.memory_per_gpu / 1e9,
             # the engine's own share of the GPU (vLLM: gpu_memory_utilization) is what it may use
             "memory_usable_gb_per_gpu": res.memory_capacity / 1e9,
-            "memory_total_gb_per_gpu": res.memory_capacity / r.plan.memory_fraction / 1e9,
+            "memory_total_gb_per_gpu": res.memory_total / 1e9,
             "candidate": r.key})
     capacity = sol.serving_capacity()
     return {"replicas": replicas,

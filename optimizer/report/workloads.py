@@ -46,7 +46,7 @@ def _train_entry(rec: Recommendation, catalog: Catalog, ph: Phase, result: Train
                 days_band_90=[days / train_band.ratio(95), days / train_band.ratio(5)],
                 memory_gb_per_gpu=result.memory.total / 1e9,
                 memory_usable_gb_per_gpu=result.memory_capacity / 1e9,
-                memory_total_gb_per_gpu=result.memory_capacity / (1.0 - ph.problem.memory_headroom) / 1e9,
+                memory_total_gb_per_gpu=result.memory_total / 1e9,
                 memory_headroom=ph.problem.memory_headroom, goodput=good.fraction, candidate=c.key)
 
 
@@ -75,7 +75,7 @@ def workloads_plan(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
                                  "output_tokens_per_s_each": res.output_tokens_per_s, "ttft_ms": res.ttft * 1e3,
                                  "tpot_ms": res.tpot * 1e3, "memory_gb_per_gpu": res.memory_per_gpu / 1e9,
                                  "memory_usable_gb_per_gpu": res.memory_capacity / 1e9,
-                                 "memory_total_gb_per_gpu": res.memory_capacity / r.plan.memory_fraction / 1e9,
+                                 "memory_total_gb_per_gpu": res.memory_total / 1e9,
                                  "candidate": r.key})
             capacity = sol.serving_capacity()
             serve_band = catalog.band_for("serve", ph.problem.stack,
