@@ -30,7 +30,7 @@ from optimizer.estimate import estimate_train as _estimate_train
 from optimizer.milp import MilpSolution
 from optimizer.milp import solve as _solve
 from optimizer.plans import PlanTable
-from optimizer.problem import Problem, load_priced, problem_from_data, with_prices
+from optimizer.problem import Problem, ServeWorkload, TrainWorkload, load_priced, problem_from_data, with_prices
 from optimizer.recommend import plan_table, targets_of
 from optimizer.recommend import recommend as _recommend
 from optimizer.results import Answer, Calibration, Comparison, Explained, GpuHoursTable, Plans, Sweep
@@ -44,7 +44,8 @@ if TYPE_CHECKING:  # the calibration stage (scipy) loads when validate or fit is
 
 __all__ = [
     "Answer", "Calibration", "Catalog", "CatalogError", "Comparison", "Estimate", "Explained", "GpuHoursTable",
-    "GpuoptError", "InfeasibleError", "Plans", "Problem", "ProblemError", "SolverError", "Sweep",
+    "GpuoptError", "InfeasibleError", "Plans", "Problem", "ProblemError", "ServeWorkload", "SolverError", "Sweep",
+    "TrainWorkload",
     "catalog_entry", "compare", "estimate_serve", "estimate_train", "explain", "fit", "gpu_hours", "load_catalog",
     "load_problem", "plan", "problem_from_dict", "recommend", "render", "report", "solve", "sweep", "validate",
 ]
@@ -126,9 +127,9 @@ def recommend(problem: Problem, backend: str | None = None, time_limit_s: float 
 
 def _one_workload(problem: Problem, command: str) -> None:
     """Raise ProblemError if ``problem`` has several workloads, which ``command`` does not take."""
-    if problem.phases:
+    if len(problem.workloads) > 1:
         raise ProblemError(f"{problem.path}: '{command}' works on a problem with one workload; this one has "
-                           f"{len(problem.phases)} ({', '.join(ph.name for ph in problem.phases)}). To fix: run "
+                           f"{len(problem.workloads)} ({', '.join(w.name for w in problem.workloads)}). To fix: run "
                            f"'gpuopt solve {problem.path}' for the shared plan, or give '{command}' a problem "
                            "file with one of them as its 'workload'.")
 

@@ -165,7 +165,7 @@ class Comparison:
     output_len: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.problem.model_id, "workload": self.workload, "reference_gpus": self.gpus,
+        return {"model": self.problem.workload.model_id, "workload": self.workload, "reference_gpus": self.gpus,
                 "gpus": to_records(self.problem, list(self.rows), self.gpus)}
 
     def render(self, fmt: str = "text") -> str:

@@ -148,3 +148,16 @@ def test_training_precision_and_recompute_are_closed_sets():
         go.estimate_train("llama2-7b", "h100-sxm", 8, precision="fp32")
     with pytest.raises(go.ProblemError, match="unknown recomputation 'some': one of none, selective, full"):
         go.estimate_train("llama2-7b", "h100-sxm", 8, recompute="some")
+
+
+def test_workloads_are_typed(at_root):
+    """One workload is a tuple of one named ""; several keep their names and windows (issue 14)."""
+    lab = go.load_problem("problems/lab_budget.yaml")
+    assert isinstance(lab.workload, go.TrainWorkload) and lab.workload.name == "" and lab.training is lab.workload
+    several = go.load_problem("problems/pretrain_finetune_serve.yaml")
+    assert [type(w) for w in several.workloads] == [go.TrainWorkload] * 2 + [go.ServeWorkload] * 2
+    assert several.training is None and several.serving is None
+    with pytest.raises(go.ProblemError, match="one workload"):
+        _ = several.workload
+    serve = several.alone(several.workloads[2])
+    assert serve.serving is not None and serve.serving.name == "" and serve.horizon_years < several.horizon_years

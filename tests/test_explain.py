@@ -85,9 +85,8 @@ def test_repairs_are_smallest_and_work(tmp_path, catalog, limits):
         fixed = fix.apply(p)
         assert recommend(fixed, catalog).solution.status.value == "optimal", fix.describe(p)
         # 1 % less power, or a 1 % shorter deadline, is still infeasible: the repair is the smallest
-        field = {"power": "power_cap_w", "deadline": "deadline_s", "budget": "budget_usd"}[fix.limit]
         with pytest.raises(InfeasibleError):
-            recommend(replace(fixed, **{field: fix.needed * 0.99}), catalog)
+            recommend(replace(fix, needed=fix.needed * 0.99).apply(fixed), catalog)
 
 
 def test_budget_repair_is_smallest(tmp_path, catalog):
@@ -134,7 +133,8 @@ def test_compare_every_gpu(catalog):
         if (grp.server, grp.fabric or "-") == (h100.server, h100.network) and plan.describe() == h100.plan \
                 and c.dp_min <= 16 // c.gpus_per_replica <= c.dp_max:
             hw = catalog.hardware(g, grp.server, grp.fabric)
-            rates.append(train_step(problem.model, hw, plan, *catalog.train_setup(hw.device.name)).tokens_per_s)
+            setup = catalog.train_setup(hw.device.name)
+            rates.append(train_step(problem.workload.model, hw, plan, *setup).tokens_per_s)
     assert rates and h100.tokens_per_s == pytest.approx(max(rates))
     assert by["b200"].serve.tokens_per_usd > 0 and by["l4"].serve.min_gpus >= 1
 

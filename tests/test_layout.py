@@ -134,3 +134,18 @@ def test_the_debt_is_real():
         assert sizes.get(name, 0) > MAX_MODULE_LINES, f"{name} is within the limit now: remove it from LONG_MODULES"
     for name in LONG_FUNCTIONS:
         assert functions.get(name, 0) > MAX_FUNCTION_LINES, f"{name} is short now: remove it from LONG_FUNCTIONS"
+
+
+def test_stages_dispatch_on_the_workload_type():
+    """A problem's workloads are typed (``TrainWorkload | ServeWorkload``): no module tests a
+    problem's kind as a string, and no 'multi' kind or 'phases' list is left (issue 14)."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare) and isinstance(node.left, ast.Attribute) and node.left.attr == "kind" \
+                    and any(isinstance(c, ast.Constant) and c.value in ("train", "serve", "multi")
+                            for c in node.comparators):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: .kind == string")
+            if isinstance(node, ast.Attribute) and node.attr == "phases":
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: .phases")
+    assert not found, found

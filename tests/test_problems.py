@@ -123,7 +123,8 @@ def test_candidate_throughput_is_a_lower_bound_over_its_dp_range(tiny_problem, c
         g = table.groups[c.group]
         hw = catalog.hardware(g.gpu, g.server, g.fabric)
         for dp in range(c.dp_min, min(c.dp_max, c.dp_min + 40) + 1):
-            r = train_step(problem.model, hw, replace(c.plan, dp=dp), *catalog.train_setup(g.gpu, c.plan.precision))
+            setup = catalog.train_setup(g.gpu, c.plan.precision)
+            r = train_step(problem.workload.model, hw, replace(c.plan, dp=dp), *setup)
             assert r.fits, c.key
             assert r.tokens_per_s / dp >= c.replica_tokens_per_s * (1 - 1e-12), (c.key, dp)
             checked += 1

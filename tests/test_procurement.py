@@ -415,7 +415,7 @@ def test_training_days_include_failures_and_restarts(catalog):
     g = summary(rec, catalog)["plan"]["goodput"]
     assert g["interruptions_per_gpu_day"] == pytest.approx(0.000474) and g["fraction"] < 0.995
     assert rec.days == pytest.approx(g["days_without_failures"] / g["fraction"])
-    assert rec.days * 86400 <= rec.problem.deadline_s
+    assert rec.problem.training and rec.days * 86400 <= rec.problem.training.deadline_s
     data["goodput"] = {"interruptions_per_gpu_day": 0}
     ideal = _solve(data, catalog)
     assert summary(ideal, catalog)["plan"]["goodput"]["fraction"] == 1.0

@@ -102,7 +102,7 @@ def test_shipped_problems_sweep_monotone(catalog):
         assert result.violations == (), (name, result.violations)
         assert len(result.rows) == len(axes[0].values)
         costs = [result.cost(r) for r in result.rows if r.feasible]
-        if problem.kind == "serve" and axes[0].name == "demand":
+        if problem.serving and axes[0].name == "demand":
             assert costs == sorted(costs)  # more demand never cheaper
         if name == "lab_budget":
             row = next(r for r in result.rows if r.values == (500e3,))

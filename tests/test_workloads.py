@@ -15,7 +15,7 @@ from optimizer.milp import Status, Targets, least_purchases, solution_costs, sol
 from optimizer.perf.specs import TrainPlan
 from optimizer.plans import Candidate, Group, PlanTable
 from optimizer.plans.portfolio import overlaps
-from optimizer.problem import Phase, load_priced
+from optimizer.problem import TrainWorkload, load_priced
 from optimizer.recommend import plan_table, recommend
 from optimizer.report import render, summary
 from tests.conftest import ROOT
@@ -23,8 +23,10 @@ from tests.conftest import ROOT
 PROBLEM = ROOT / "problems" / "pretrain_finetune_serve.yaml"
 
 
-def _phase(name: str, start: float, end: float) -> Phase:
-    return Phase(name, "train", None, start * 86400, end * 86400)  # type: ignore[arg-type]
+def _phase(name: str, start: float, end: float) -> TrainWorkload:
+    return TrainWorkload(name=name, model=None, model_id="", tokens=0.0, precision="bf16", seq_len=1,  # type: ignore[arg-type]
+                         min_global_batch=1, max_global_batch=1, deadline_s=None, start_s=start * 86400,
+                         end_s=end * 86400)
 
 
 def test_overlaps_are_the_sets_running_together():
@@ -43,7 +45,7 @@ def example(catalog):
 def test_example_shares_hardware_over_time_and_uses_what_it_owns(example):
     problem, _, rec = example
     sol = rec.solution
-    assert [ph.name for ph in problem.phases] == ["pretrain", "finetune", "serve-new", "serve-old"]
+    assert [w.name for w in problem.workloads] == ["pretrain", "finetune", "serve-new", "serve-old"]
     uses: dict[str, dict[str, int]] = {}  # group -> workload -> GPUs, counted here from the plans
     for c, dp in sol.plans:
         uses.setdefault(c.group, {})[c.workload] = c.gpus_per_replica * dp
@@ -53,7 +55,7 @@ def test_example_shares_hardware_over_time_and_uses_what_it_owns(example):
     assert {(w, h): n for w, per in sol.usage().items() for h, n in per.items()} == \
         {(w, h): n for h, per in uses.items() for w, n in per.items()}
     for p in sol.purchases:  # each group holds what its busiest set of simultaneous workloads needs
-        need = max(sum(uses[p.group].get(w, 0) for w in running) for running in overlaps(problem.phases))
+        need = max(sum(uses[p.group].get(w, 0) for w in running) for running in overlaps(problem.workloads))
         assert p.gpus >= need and p.gpus - need < rec.table.groups[p.group].slots
     pretrain = next(c for c, _ in sol.plans if c.workload == "pretrain")
     cluster = next(p for p in sol.purchases if p.group == pretrain.group)
@@ -110,7 +112,7 @@ def test_running_at_once_costs_more_than_one_after_another(example, tmp_path):
     path.write_text(text)
     together, cat = load_priced(path, priced)
     at_once = recommend(together, cat)
-    assert ("pretrain", "finetune", "serve-old") in overlaps(together.phases)
+    assert ("pretrain", "finetune", "serve-old") in overlaps(together.workloads)
     assert at_once.solution.tco > rec.solution.tco
     usage = at_once.solution.usage()
     for p in at_once.solution.purchases:  # the two trainings (and the old model) never share GPUs
@@ -121,9 +123,8 @@ def test_running_at_once_costs_more_than_one_after_another(example, tmp_path):
 def test_each_workload_alone_is_no_dearer_than_all_together(example, catalog):
     """A lower bound: the shared plan costs at least as much as its dearest workload alone."""
     problem, priced, rec = example
-    for ph in problem.phases:
-        alone = replace(problem, phases=(ph,))
-        assert recommend(alone, priced).solution.tco <= rec.solution.tco * (1 + 1e-9), ph.name
+    for w in problem.workloads:
+        assert recommend(problem.alone(w), priced).solution.tco <= rec.solution.tco * (1 + 1e-9), w.name
 
 
 def test_backends_agree_on_the_example(example):
@@ -249,7 +250,7 @@ def test_each_workload_keeps_its_own_stack_in_the_report(catalog, tmp_path):
     named = "  - name: pretrain\n    stack: megatron-core\n"
     path.write_text(PROBLEM.read_text().replace("  - name: pretrain\n", named))
     problem, priced = load_priced(path, catalog)
-    assert problem.phases[0].problem.stack == "megatron-core"
+    assert problem.workloads[0].stack == "megatron-core"
     lines = assumptions_used(recommend(problem, priced), priced)  # raised CatalogError before
     assert any("efficiency: no training calibration rows" in line for line in lines)
     assert not any("rtx-3090 efficiency: no training" in line for line in lines)  # it only serves

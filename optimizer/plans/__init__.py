@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+from typing_extensions import assert_never
+
 from optimizer.catalog import Catalog
 from optimizer.plans.groups import (
     Group,
@@ -32,7 +34,7 @@ from optimizer.plans.table import (
     serve_dominates,
 )
 from optimizer.plans.train import enumerate_plans, with_memory
-from optimizer.problem import Problem
+from optimizer.problem import Problem, ServeWorkload, TrainWorkload
 
 __all__ = ["Candidate", "Group", "PlanTable", "ServeCandidate", "build_groups", "dominates", "enumerate_candidates",
            "enumerate_plans", "enumerate_serving", "group_affordable", "group_reason", "leaf_split", "licence_reason",
@@ -41,5 +43,11 @@ __all__ = ["Candidate", "Group", "PlanTable", "ServeCandidate", "build_groups", 
 
 
 def enumerate_candidates(problem: Problem, catalog: Catalog) -> PlanTable:
-    """The candidates for ``problem``'s workload."""
-    return enumerate_serving(problem, catalog) if problem.kind == "serve" else enumerate_plans(problem, catalog)
+    """The candidates for ``problem``'s one workload: training templates or serving replica types."""
+    match problem.workload:
+        case TrainWorkload():
+            return enumerate_plans(problem, catalog)
+        case ServeWorkload():
+            return enumerate_serving(problem, catalog)
+        case never:
+            assert_never(never)

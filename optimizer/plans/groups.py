@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from typing import TypedDict
 
 from optimizer.catalog import HOURS_PER_YEAR, Catalog, Gpu, Server
-from optimizer.problem import Problem
+from optimizer.problem import Problem, TrainWorkload
 from optimizer.problem.enums import BudgetCovers, Role
 from optimizer.problem.procurement import Owned
 
@@ -220,7 +220,9 @@ def rent_hours(problem: Problem, term_hours: float, role: Role) -> float:
     horizon = problem.horizon_years * HOURS_PER_YEAR
     if term_hours == 0:
         return horizon if role is Role.SERVE else 0.0
-    period = horizon if role is Role.SERVE else (problem.deadline_s / 3600 if problem.deadline_s else term_hours)
+    w = problem.workload
+    deadline = w.deadline_s if isinstance(w, TrainWorkload) else None
+    period = horizon if role is Role.SERVE else (deadline / 3600 if deadline else term_hours)
     return term_hours * max(1, math.ceil(period / term_hours - 1e-9))
 
 

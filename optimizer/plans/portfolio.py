@@ -1,6 +1,6 @@
 """Plans for a problem with several workloads: each workload's candidates, on shared hardware.
 
-Each workload (``Problem.phases``) is enumerated as a problem of its own (``plans``); the tables
+Each workload (``Problem.workloads``) is enumerated as a problem of its own (``Problem.alone``); the tables
 are merged so that workloads can use the same hardware groups. Bought and owned groups are shared
 by key; rentals stay with the workload that rents them (each is billed for its own window).
 Hardware is shared across kinds of work too: a single-server training plan and serving replicas
@@ -12,24 +12,29 @@ workloads that run at the same time, and the MIP buys, per group, what the busie
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import replace
 
 from optimizer.catalog import Catalog
 from optimizer.plans import Candidate, Group, PlanTable, ServeCandidate, enumerate_candidates
-from optimizer.problem import Phase, Problem
+from optimizer.problem import Problem, Workload
 from optimizer.problem.enums import Role
 
 
-def overlaps(phases: tuple[Phase, ...]) -> tuple[tuple[str, ...], ...]:
+def overlaps(workloads: tuple[Workload, ...]) -> tuple[tuple[str, ...], ...]:
     """The sets of workloads running at the same moment, one per window start (the moments at
     which the set of running workloads can grow), without sets contained in others."""
     sets = []
-    for p in phases:
-        running = tuple(q.name for q in phases if q.start_s <= p.start_s < q.end_s)
+    for p in workloads:
+        running = tuple(q.name for q in workloads if q.start_s <= p.start_s < _end(q))
         sets.append(running)
     kept = [s for s in dict.fromkeys(sets) if not any(set(s) < set(t) for t in sets)]
     return tuple(sorted(kept))
+
+
+def _end(w: Workload) -> float:
+    return w.end_s if w.end_s is not None else math.inf
 
 
 def gpus_needed(usage: dict[str, dict[str, int]], running_sets: tuple[tuple[str, ...], ...]) -> dict[str, int]:
@@ -50,8 +55,8 @@ def enumerate_portfolio(problem: Problem, catalog: Catalog) -> PlanTable:
     dropped: Counter[str] = Counter()
     reasons: dict[str, str] = {}
     enumerated = pruned = 0
-    for phase in problem.phases:
-        table = enumerate_candidates(phase.problem, catalog)
+    for phase in problem.workloads:
+        table = enumerate_candidates(problem.alone(phase), catalog)
         rekey = {}
         for key, g in sorted(table.groups.items()):
             if g.rented:

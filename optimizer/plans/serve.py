@@ -12,12 +12,13 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 from optimizer.catalog import Catalog, Gpu
+from optimizer.errors import ProblemError
 from optimizer.perf.params import ServeParams
 from optimizer.perf.serve import ServePlan, ServeResult, batch_at_slo, max_batch, serve
-from optimizer.perf.specs import Hardware
+from optimizer.perf.specs import Hardware, ModelSpec
 from optimizer.plans.groups import Group, build_groups, group_affordable, group_reason, licensed_gpus, no_group_reason
 from optimizer.plans.table import PlanTable, ServeCandidate, prune_serving
-from optimizer.problem import Demand, Problem, confidence_factor, tp_fits
+from optimizer.problem import Demand, Problem, ServeWorkload, confidence_factor, tp_fits
 from optimizer.problem.enums import Role
 
 
@@ -39,15 +40,18 @@ def _math_supported(gpu: Gpu, precision: str) -> bool:
 
 def enumerate_serving(problem: Problem, catalog: Catalog) -> PlanTable:
     """Every replica type that fits and meets a class's latency limits; reasons for the rest."""
+    w = problem.workload
+    if not isinstance(w, ServeWorkload):
+        raise ProblemError(f"{problem.name}: enumerate_serving plans a serving workload, not {w.kind!r}")
     out: list[ServeCandidate] = []
     groups: dict[str, Group] = {}
     dropped: Counter[str] = Counter()
     gpu_reasons: dict[str, str] = {}
     tried = 0
     for gpu_id, gpu in licensed_gpus(problem, catalog, dropped, gpu_reasons):
-        precisions = [p for p in problem.serve_precisions if _math_supported(gpu, p)]
+        precisions = [p for p in w.precisions if _math_supported(gpu, p)]
         if not precisions:
-            gpu_reasons[gpu_id] = f"precision: no tensor cores for {', '.join(problem.serve_precisions)}"
+            gpu_reasons[gpu_id] = f"precision: no tensor cores for {', '.join(w.precisions)}"
             dropped["precision"] += 1
             continue
         usable = [g for g in build_groups(problem, catalog, gpu_id, role=Role.SERVE) if group_affordable(problem, g)]
@@ -59,13 +63,14 @@ def enumerate_serving(problem: Problem, catalog: Catalog) -> PlanTable:
             continue
         best_miss: dict[str, tuple[float, str]] = {}
         before = len(out)
-        effs = {p: catalog.serve_params(gpu_id, p, problem.stack) for p in precisions}
+        effs = {p: catalog.serve_params(gpu_id, p, w.stack) for p in precisions}
         for group in usable:
             hw = catalog.hardware(gpu_id, group.server, None)
-            for plan in _layouts(problem, catalog, group, precisions):
-                for d in problem.demands:
+            for plan in _layouts(problem, w, catalog, group, precisions):
+                for d in w.demands:
                     tried += 1
-                    found = _candidate(problem, catalog, group, hw, effs[plan.precision], plan, d, dropped, best_miss)
+                    found = _candidate(problem, w.model, catalog, group, hw, effs[plan.precision], plan, d,
+                                       dropped, best_miss)
                     if found is not None:
                         out.append(found)
                         groups[group.key] = group
@@ -77,30 +82,32 @@ def enumerate_serving(problem: Problem, catalog: Catalog) -> PlanTable:
                      tuple(kept))
 
 
-def _layouts(problem: Problem, catalog: Catalog, group: Group, precisions: list[str]) -> Iterator[ServePlan]:
+def _layouts(problem: Problem, w: ServeWorkload, catalog: Catalog, group: Group,
+             precisions: list[str]) -> Iterator[ServePlan]:
     """The replica layouts the search grid allows in ``group``: TP × PP a power of two dividing its
     slots, each weight format. For an MoE model at TP > 1 also with attention data-parallel over the
     TP group (each GPU keeps its own requests' KV cache and the attention weights whole; the experts
     stay split), as TensorRT-LLM and SGLang serve DeepSeek, Qwen3-MoE and gpt-oss."""
-    m = problem.model
-    traits = catalog.serve_plan_traits(group.gpu, problem.stack)
+    m = w.model
+    traits = catalog.serve_plan_traits(group.gpu, w.stack)
     for tp in problem.search.tp:
         for pp in problem.search.pp:
             mp = tp * pp
             if not (_power_of_two(mp) and group.slots % mp == 0 and pp <= m.layers and tp_fits(m, tp, serving=True)):
                 continue
             for precision in precisions:
-                plan = ServePlan(tp=tp, pp=pp, precision=precision, kv_precision=problem.kv_precision, **traits)
+                plan = ServePlan(tp=tp, pp=pp, precision=precision, kv_precision=w.kv_precision, **traits)
                 yield plan
                 if m.moe and tp > 1:
                     yield replace(plan, attention_dp=True)
 
 
-def _candidate(problem: Problem, catalog: Catalog, group: Group, hw: Hardware, eff: ServeParams, plan: ServePlan,
-               d: Demand, dropped: Counter[str], best_miss: dict[str, tuple[float, str]]) -> ServeCandidate | None:
+def _candidate(problem: Problem, m: ModelSpec, catalog: Catalog, group: Group, hw: Hardware, eff: ServeParams,
+               plan: ServePlan, d: Demand, dropped: Counter[str],
+               best_miss: dict[str, tuple[float, str]]) -> ServeCandidate | None:
     """``plan`` for request class ``d`` on ``hw`` with the engine's parameters ``eff``, at the largest
     batch within its latency limits, or None (counted in ``dropped``, the closest miss in ``best_miss``)."""
-    m, gpu_id = problem.model, group.gpu
+    gpu_id = group.gpu
     plan = replace(plan, input_len=d.input_len, output_len=d.output_len)
     tp, pp, precision = plan.tp, plan.pp, plan.precision
     # a confident plan: rates down, latencies up (more so where the values are borrowed, and at

@@ -13,10 +13,11 @@ from collections import Counter
 from dataclasses import dataclass, replace
 
 from optimizer.catalog import Catalog, Gpu, TrainTraits
+from optimizer.errors import ProblemError
 from optimizer.perf.goodput import goodput
 from optimizer.perf.memory import training_memory
 from optimizer.perf.params import TrainParams
-from optimizer.perf.specs import Hardware, TrainPlan
+from optimizer.perf.specs import Hardware, ModelSpec, TrainPlan
 from optimizer.perf.train import step_time, train_terms
 from optimizer.plans.groups import (
     Group,
@@ -28,15 +29,15 @@ from optimizer.plans.groups import (
     no_group_reason,
 )
 from optimizer.plans.table import Candidate, PlanTable, prune_dominated
-from optimizer.problem import Problem, confidence_factor, tp_fits
+from optimizer.problem import Problem, TrainWorkload, confidence_factor, tp_fits
 
 NODE_BANDS = (2, 8, 32, 128, 512, 2048, 8192, 32768)
 
 
-def _min_dp_that_fits(problem: Problem, plan: TrainPlan, capacity: float, reserved: float, dp_cap: int) -> int | None:
+def _min_dp_that_fits(m: ModelSpec, plan: TrainPlan, capacity: float, reserved: float, dp_cap: int) -> int | None:
     """Smallest dp (in units of ep replicas) whose memory fits (it falls with dp under ZeRO), or None."""
     def fits(dp: int) -> bool:
-        return training_memory(problem.model, replace(plan, dp=dp * plan.ep), reserved).total <= capacity
+        return training_memory(m, replace(plan, dp=dp * plan.ep), reserved).total <= capacity
     if plan.zero == 0 or dp_cap <= 1:
         return 1 if fits(1) else None
     if not fits(dp_cap):
@@ -51,10 +52,11 @@ def _min_dp_that_fits(problem: Problem, plan: TrainPlan, capacity: float, reserv
     return lo
 
 
-def _dp_range(problem: Problem, group: Group, mp: int, seqs: int, dp_fit: int) -> tuple[int, int] | None:
+def _dp_range(problem: Problem, w: TrainWorkload, group: Group, mp: int, seqs: int,
+              dp_fit: int) -> tuple[int, int] | None:
     """The data-parallel degrees the batch limits, the GPU bound and the group's scope allow."""
-    lo = max(dp_fit, math.ceil(problem.min_global_batch / seqs))
-    hi = min(problem.max_global_batch // seqs, max_gpus(problem, group) // mp)
+    lo = max(dp_fit, math.ceil(w.min_global_batch / seqs))
+    hi = min(w.max_global_batch // seqs, max_gpus(problem, group) // mp)
     if group.fabric is None:
         hi = min(hi, group.slots // mp)
     else:
@@ -62,9 +64,9 @@ def _dp_range(problem: Problem, group: Group, mp: int, seqs: int, dp_fit: int) -
     return (lo, hi) if lo <= hi else None
 
 
-def _fits(problem: Problem, plan: TrainPlan, capacity: float, reserved: float, dp: int) -> bool:
+def _fits(m: ModelSpec, plan: TrainPlan, capacity: float, reserved: float, dp: int) -> bool:
     """Interleaving keeps more micro-batches in flight: recheck memory at the smallest dp."""
-    return training_memory(problem.model, replace(plan, dp=dp), reserved).total <= capacity
+    return training_memory(m, replace(plan, dp=dp), reserved).total <= capacity
 
 
 def _dp_bands(lo: int, hi: int, per_node: int, multi_node: bool) -> list[tuple[int, int]]:
@@ -86,6 +88,9 @@ def enumerate_plans(problem: Problem, catalog: Catalog) -> PlanTable:
     """Every template that fits, with drop reasons for the rest, dominated ones pruned.
 
     At a planning confidence, every rate is the model's times the calibration quantile."""
+    w = problem.workload
+    if not isinstance(w, TrainWorkload):
+        raise ProblemError(f"{problem.name}: enumerate_plans plans a training workload, not {w.kind!r}")
     reserved = catalog.efficiency.reserved_memory
     candidates: list[Candidate] = []
     groups: dict[str, Group] = {}
@@ -93,8 +98,8 @@ def enumerate_plans(problem: Problem, catalog: Catalog) -> PlanTable:
     gpu_reasons: dict[str, str] = {}
     enumerated = 0
     for gpu_id, gpu in licensed_gpus(problem, catalog, dropped, gpu_reasons):
-        if gpu.tflops(problem.precision) is None:
-            gpu_reasons[gpu_id] = f"precision: no {problem.precision} tensor cores"
+        if gpu.tflops(w.precision) is None:
+            gpu_reasons[gpu_id] = f"precision: no {w.precision} tensor cores"
             dropped["precision"] += 1
             continue
         gpu_groups = build_groups(problem, catalog, gpu_id)
@@ -112,12 +117,12 @@ def enumerate_plans(problem: Problem, catalog: Catalog) -> PlanTable:
         best_memory: tuple[float, str] | None = None
         fit_cache: dict[FitKey, int | None] = {}
         factor = confidence_factor(problem, catalog, gpu_id)
-        setup = Setup(catalog.train_params(gpu_id, problem.precision, problem.stack), reserved,
-                      catalog.train_plan_traits(gpu_id, problem.stack))
+        setup = Setup(catalog.train_params(gpu_id, w.precision, w.stack), reserved,
+                      catalog.train_plan_traits(gpu_id, w.stack))
         for group in usable:
             groups[group.key] = group
             hw = catalog.hardware(gpu_id, group.server, group.fabric)
-            n, c = _group_candidates(problem, group, hw, setup, candidates, reason_counts, fit_cache, factor)
+            n, c = _group_candidates(problem, w, group, hw, setup, candidates, reason_counts, fit_cache, factor)
             enumerated += n
             if c is not None and (best_memory is None or c[0] < best_memory[0]):
                 best_memory = c
@@ -125,7 +130,7 @@ def enumerate_plans(problem: Problem, catalog: Catalog) -> PlanTable:
         if len(candidates) == before:
             gpu_reasons[gpu_id] = _memory_reason(gpu, best_memory, reason_counts, problem.memory_headroom)
     kept, pruned = prune_dominated(candidates)
-    kept = [with_memory(c, problem, reserved) for c in kept]
+    kept = [with_memory(c, w.model, reserved) for c in kept]
     used = {c.group for c in kept}
     return PlanTable(tuple(kept), {k: v for k, v in groups.items() if k in used}, dropped,
                      gpu_reasons, enumerated, pruned)
@@ -154,11 +159,11 @@ class Setup:
 FitKey = tuple[float, int, int, int, int, int, str, int, int]
 
 
-def _group_candidates(problem: Problem, group: Group, hw: Hardware, setup: Setup, out: list[Candidate],  # noqa: C901 (debt: split it, issue 14)
-                      reasons: Counter[str], fit_cache: dict[FitKey, int | None],
+def _group_candidates(problem: Problem, w: TrainWorkload, group: Group, hw: Hardware, setup: Setup,  # noqa: C901 (debt: split it, issue 14)
+                      out: list[Candidate], reasons: Counter[str], fit_cache: dict[FitKey, int | None],
                       factor: float) -> tuple[int, tuple[float, str] | None]:
     """Append the group's candidates to ``out``; return (templates tried, least memory that failed)."""
-    m, search = problem.model, problem.search
+    m, search = w.model, problem.search
     capacity = hw.device.memory * (1.0 - problem.memory_headroom)  # the share fragmentation leaves
     multi = group.fabric is not None
     links = (hw, hw.oversubscribed(group.oversubscription))  # within one leaf, and across leaves
@@ -166,7 +171,7 @@ def _group_candidates(problem: Problem, group: Group, hw: Hardware, setup: Setup
     least: tuple[float, str] | None = None
     eps = [e for e in search.ep if e == 1 or (m.moe and e <= m.experts)] if m.moe else [1]
     for tp, cp, ep in ((t, c, e) for t in search.tp for c in search.cp for e in eps):
-        if tp * cp > group.slots or not tp_fits(m, tp) or problem.seq_len % cp:
+        if tp * cp > group.slots or not tp_fits(m, tp) or w.seq_len % cp:
             continue
         for pp in search.pp:
             if pp > m.layers:
@@ -181,11 +186,11 @@ def _group_candidates(problem: Problem, group: Group, hw: Hardware, setup: Setup
                         tried += 1
                         base = TrainPlan(tp=tp, pp=pp, dp=ep, micro_batch=b, num_micro_batches=pp,
                                          recompute=rc, sequence_parallel=tp > 1, zero=zero,
-                                         precision=problem.precision, seq_len=problem.seq_len, cp=cp, ep=ep,
+                                         precision=w.precision, seq_len=w.seq_len, cp=cp, ep=ep,
                                          **setup.traits)
                         key = (capacity, tp, pp, cp, ep, b, rc, zero, dp_cap)
                         if key not in fit_cache:  # memory does not depend on server or fabric
-                            fit_cache[key] = _min_dp_that_fits(problem, base, capacity, setup.reserved, dp_cap)
+                            fit_cache[key] = _min_dp_that_fits(m, base, capacity, setup.reserved, dp_cap)
                         dp_fit = fit_cache[key]
                         if dp_fit is None:
                             reasons["memory"] += 1
@@ -195,26 +200,26 @@ def _group_candidates(problem: Problem, group: Group, hw: Hardware, setup: Setup
                                                  f"ZeRO-{zero}")
                             continue
                         for per_stage in search.micro_batches_per_stage:
-                            if _dp_range(problem, group, mp, b * per_stage * pp * ep, dp_fit) is None:
+                            if _dp_range(problem, w, group, mp, b * per_stage * pp * ep, dp_fit) is None:
                                 reasons["batch/size"] += 1
                                 continue
                             for v in search.virtual_stages:
                                 if v > 1 and (pp == 1 or pp * v > m.layers):
                                     continue  # interleaving needs PP and a layer per chunk (uneven is fine)
                                 plan = replace(base, num_micro_batches=per_stage * pp, virtual_stages=v)
-                                if v > 1 and not _fits(problem, plan, capacity, setup.reserved, dp_fit):
+                                if v > 1 and not _fits(m, plan, capacity, setup.reserved, dp_fit):
                                     continue
-                                _add_bands(problem, group, links, setup, plan, dp_fit, out, reasons, factor)
+                                _add_bands(problem, w, group, links, setup, plan, dp_fit, out, reasons, factor)
     return tried, least
 
 
-def _add_bands(problem: Problem, group: Group, links: tuple[Hardware, Hardware], setup: Setup, plan: TrainPlan,
-               dp_fit: int, out: list[Candidate], reasons: Counter[str], factor: float = 1.0) -> None:
+def _add_bands(problem: Problem, w: TrainWorkload, group: Group, links: tuple[Hardware, Hardware], setup: Setup,
+               plan: TrainPlan, dp_fit: int, out: list[Candidate], reasons: Counter[str], factor: float = 1.0) -> None:
     """One candidate per node-count band of the plan's data-parallel range, rated at its slowest
     step and the goodput of its largest job (failures grow with the GPUs: the hot path of
     enumeration, step time only, memory was checked by the caller)."""
     mp = plan.unit_gpus
-    span = _dp_range(problem, group, mp, plan.micro_batch * plan.num_micro_batches * plan.ep, dp_fit)
+    span = _dp_range(problem, w, group, mp, plan.micro_batch * plan.num_micro_batches * plan.ep, dp_fit)
     if span is None:
         reasons["batch/size"] += 1
         return
@@ -223,7 +228,7 @@ def _add_bands(problem: Problem, group: Group, links: tuple[Hardware, Hardware],
     for band_lo, band_hi in _dp_bands(lo, hi, per_node, group.fabric is not None):
         worst = replace(plan, dp=band_hi * plan.ep)
         servers = math.ceil(band_hi * mp / group.slots)
-        terms = train_terms(problem.model, links[1] if group.spans_leaves(servers) else links[0], worst)
+        terms = train_terms(w.model, links[1] if group.spans_leaves(servers) else links[0], worst)
         # Communication grows with dp and the sharded optimizer step shrinks with it (∝ 1/dp under
         # ZeRO ≥ 1), so the slowest step anywhere in the band is at most step(dp_max) with
         # dp_min's optimizer step (which the straggler allowance scales too).
@@ -238,7 +243,7 @@ def _add_bands(problem: Problem, group: Group, links: tuple[Hardware, Hardware],
                              float(terms.tokens_per_step) / band_hi / step * factor * good, 0.0))
 
 
-def with_memory(c: Candidate, problem: Problem, reserved: float) -> Candidate:
+def with_memory(c: Candidate, m: ModelSpec, reserved: float) -> Candidate:
     """The candidate with its memory per GPU at dp_min (computed only for survivors)."""
-    mem = training_memory(problem.model, replace(c.plan, dp=c.dp_min * c.plan.ep), reserved)
+    mem = training_memory(m, replace(c.plan, dp=c.dp_min * c.plan.ep), reserved)
     return replace(c, memory_gb=mem.total / 1e9)

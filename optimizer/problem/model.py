@@ -1,13 +1,15 @@
-"""The validated problem in SI units and catalog ids: ``Problem``, its request classes
-(``Demand``) and, with several workloads, their time windows (``Phase``)."""
+"""The validated problem in SI units and catalog ids: ``Problem``, the site, hardware and prices
+its workloads share, and the workloads (``TrainWorkload``, ``ServeWorkload`` with its request
+classes, ``Demand``), each in its time window when there are several."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
 from optimizer.catalog import Catalog
+from optimizer.errors import ProblemError
 from optimizer.perf.goodput import Reliability
 from optimizer.perf.specs import ModelSpec, Precision
 from optimizer.problem.enums import BudgetCovers, Objective
@@ -38,17 +40,54 @@ class Demand:
     tpot_s: float | None
 
 
-@dataclass(frozen=True)
-class Phase:
-    """One workload of a problem with several, in its time window (seconds from the horizon's
-    start). ``problem`` is that workload alone, with the shared site, hardware and prices; its
-    deadline (training) or horizon (serving) is the window's length."""
+@dataclass(frozen=True, kw_only=True)
+class TrainWorkload:
+    """A training job: ``tokens`` of ``model`` at ``precision``, by ``deadline_s`` (None: as fast as
+    the budget allows). In a problem with several workloads it runs in the window ``start_s`` to
+    ``end_s`` (seconds from the horizon's start) and its deadline is the window's length; alone it
+    is named ``""``."""
 
-    name: str
-    kind: str  # train | serve
-    problem: Problem
-    start_s: float
-    end_s: float
+    name: str = ""
+    model: ModelSpec
+    model_id: str
+    tokens: float
+    precision: Precision
+    seq_len: int
+    min_global_batch: int  # sequences per step
+    max_global_batch: int
+    deadline_s: float | None
+    stack: str | None = None  # training stack (catalogs/stacks.yaml); None: each vendor's default
+    start_s: float = 0.0
+    end_s: float | None = None  # None: alone, its deadline counted from the start
+
+    kind: ClassVar[str] = "train"  # the label outputs and the calibration bands use
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServeWorkload:
+    """Serving ``model`` to request classes (``demands``) in any of ``precisions`` (weights) with
+    the KV cache in ``kv_precision``. In a problem with several workloads its demand holds from
+    ``start_s`` to ``end_s``; alone it is named ``""`` and holds over the whole horizon."""
+
+    name: str = ""
+    model: ModelSpec
+    model_id: str
+    demands: tuple[Demand, ...]
+    precisions: tuple[str, ...]
+    kv_precision: str = "fp16"
+    stack: str | None = None  # serving engine (catalogs/stacks.yaml); None: each vendor's default
+    start_s: float = 0.0
+    end_s: float | None = None
+
+    kind: ClassVar[str] = "serve"
+
+    @property
+    def total_demand(self) -> float:
+        """Output tokens per second over all request classes."""
+        return sum(d.output_tokens_per_s for d in self.demands)
+
+
+Workload = TrainWorkload | ServeWorkload
 
 
 class Limits(TypedDict, total=False):
@@ -65,15 +104,8 @@ class Problem:
     name: str
     path: Path
     description: str
-    model: ModelSpec
-    model_id: str
-    tokens: float  # training tokens (0 for serving)
-    precision: Precision  # training precision
-    seq_len: int
-    min_global_batch: int  # sequences per step
-    max_global_batch: int
+    workloads: tuple[Workload, ...]  # one, named "", or several, each in its time window
     objective: Objective  # min_cost or min_time (min_power only in a repair's relaxed targets)
-    deadline_s: float | None
     budget_usd: float | None
     budget_covers: BudgetCovers
     datacenter: bool
@@ -88,11 +120,6 @@ class Problem:
     max_gpus: int
     search: Search
     solver: SolverOptions
-    kind: str = "train"
-    demands: tuple[Demand, ...] = ()
-    serve_precisions: tuple[str, ...] = ()
-    kv_precision: str = "fp16"
-    stack: str | None = None  # training stack or serving engine (catalogs/stacks.yaml); None: vendor default
     confidence: int | None = None  # plan so targets hold with this probability (percent)
     buy_gpus: tuple[str, ...] | None = None  # GPUs that may be bought (None: all of ``gpus``)
     inventory: tuple[Owned, ...] = ()
@@ -108,7 +135,6 @@ class Problem:
     oversubscription: float = 1.0  # leaf downlinks per uplink in a two-tier fabric
     memory_headroom: float = 0.0  # share of each GPU's memory a training plan leaves free
     reliability: Reliability = Reliability()  # failures and recovery of a training job (default: none)
-    phases: tuple[Phase, ...] = ()  # several workloads (kind "multi"), each a problem of its own
     # the catalog at this problem's prices, as ``with_prices`` resolved it (None: not yet priced)
     catalog: Catalog | None = field(default=None, compare=False, repr=False)
 
@@ -127,9 +153,50 @@ class Problem:
         return dict(self.max_units).get(item)
 
     def with_limits(self, **fields: Unpack[Limits]) -> Problem:
-        """The problem with shared limits (budget_usd, power_cap_w) changed, in every workload too."""
-        phases = tuple(replace(ph, problem=replace(ph.problem, **fields)) for ph in self.phases)
-        return replace(self, phases=phases, **fields)
+        """The problem with shared limits (budget_usd, power_cap_w) changed."""
+        return replace(self, **fields)
+
+    @property
+    def workload(self) -> Workload:
+        """The workload of a problem with one (what/if tools that change a deadline, the tokens or
+        the demand work on one workload)."""
+        if len(self.workloads) != 1:
+            names = ", ".join(w.name for w in self.workloads)
+            raise ProblemError(f"{self.path}: this works on a problem with one workload; it has "
+                               f"{len(self.workloads)} ({names}). To fix: run it on a problem with one workload.")
+        return self.workloads[0]
+
+    @property
+    def training(self) -> TrainWorkload | None:
+        """The job of a training problem: its one workload if that trains, else None."""
+        w = self.workloads[0]
+        return w if len(self.workloads) == 1 and isinstance(w, TrainWorkload) else None
+
+    @property
+    def serving(self) -> ServeWorkload | None:
+        """The workload of a serving problem: its one workload if that serves, else None."""
+        w = self.workloads[0]
+        return w if len(self.workloads) == 1 and isinstance(w, ServeWorkload) else None
+
+    def with_workload(self, **fields: Any) -> Problem:
+        """The problem with fields of its one workload changed (``deadline_s``, ``tokens``, ``demands``)."""
+        return replace(self, workloads=(replace(self.workload, **fields),))
+
+    def alone(self, w: Workload) -> Problem:
+        """One workload of several as a problem of its own (the workload then named "", as every
+        one-workload problem's is): the shared site, hardware, prices and solver; a serving
+        workload's horizon is its window (a training one's deadline already is)."""
+        if len(self.workloads) == 1:
+            return self
+        horizon = self.horizon_years
+        if isinstance(w, ServeWorkload) and w.end_s is not None:
+            horizon = (w.end_s - w.start_s) / (365.25 * 86400.0)
+        return replace(self, name=f"{self.name}/{w.name}", workloads=(replace(w, name=""),), horizon_years=horizon)
+
+    @property
+    def demands(self) -> tuple[Demand, ...]:
+        """Every serving workload's request classes."""
+        return tuple(d for w in self.workloads if isinstance(w, ServeWorkload) for d in w.demands)
 
     @property
     def total_demand(self) -> float:

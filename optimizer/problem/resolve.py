@@ -6,14 +6,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import Any, TypedDict
 
 from optimizer.catalog import AT_BATCH, AT_MAX_LOAD, Catalog, gpu_names
 from optimizer.catalog.stacks import Kind
 from optimizer.errors import CatalogError, ProblemError, suggest
 from optimizer.perf.goodput import Reliability
-from optimizer.perf.specs import ModelSpec, Precision
+from optimizer.perf.specs import ModelSpec
 from optimizer.problem.enums import BudgetCovers, Objective
+from optimizer.problem.model import Demand, Problem, ServeWorkload, TrainWorkload, Workload
 from optimizer.problem.procurement import (
     apply_prices,
     parse_cli_price,
@@ -25,18 +26,11 @@ from optimizer.problem.schema import (
     HardwareChoice,
     InlineModel,
     ProblemFile,
-    ServeWorkload,
+    ServeSpec,
     TrainPhase,
-    Workload,
+    TrainSpec,
 )
 from optimizer.validation import read_yaml, short_repr, thousands_in_flow, validate
-
-if TYPE_CHECKING:
-    pass
-
-
-
-from optimizer.problem.model import Demand, Phase, Problem
 
 
 def _gpu_ids(data: dict[str, Any], catalog: Catalog, path: Path) -> dict[str, Any]:
@@ -164,14 +158,11 @@ def problem_from_data(data: dict[str, Any], path: Path, catalog: Catalog, check_
         raise ProblemError(f"{path}: no 'workload'. To fix: add a workload (kind: train or serve), or a list "
                            "'workloads' of several, each with a name and a time window.")
     model = resolve_model(w.model, catalog, path)
-    serving = isinstance(w, ServeWorkload)
+    serving = isinstance(w, ServeSpec)
     if check_grid:
         _check_tp(path, data, [(model, serving)])
-    seq_len = model.seq_len if isinstance(w, ServeWorkload) else (w.seq_len or model.seq_len)
-    tokens = 0.0 if isinstance(w, ServeWorkload) else float(w.tokens)
     _check_objective(path, spec, serving)
-    gb = GlobalBatch(max_seqs=1) if isinstance(w, ServeWorkload) else w.global_batch
-    max_seqs = _max_global_batch(path, gb, seq_len)
+    workload = _workload(path, catalog, w, model, spec.deadline_days * 86400.0 if spec.deadline_days else None)
     hw = spec.hardware
     extra = resolve_procurement(path, spec, _allowed_gpus(path, hw, catalog), catalog)
     fac = catalog.facility
@@ -180,13 +171,8 @@ def problem_from_data(data: dict[str, Any], path: Path, catalog: Catalog, check_
         name=spec.name,
         path=path,
         description=spec.description,
-        model=model,
-        tokens=tokens,
-        seq_len=seq_len,
-        min_global_batch=gb.min_seqs,
-        max_global_batch=max_seqs,
+        workloads=(workload,),
         objective=Objective(spec.objective),
-        deadline_s=spec.deadline_days * 86400.0 if spec.deadline_days else None,
         budget_usd=float(spec.budget.usd) if spec.budget else None,
         budget_covers=BudgetCovers(spec.budget.covers) if spec.budget else BudgetCovers.CAPEX,
         datacenter=spec.site.datacenter,
@@ -202,7 +188,6 @@ def problem_from_data(data: dict[str, Any], path: Path, catalog: Catalog, check_
         max_gpus=hw.max_gpus,
         search=spec.search,
         solver=spec.solver,
-        **_workload_fields(path, catalog, w, model),
         confidence=spec.confidence,
         oversubscription=spec.network.oversubscription,
         **_margins(spec, catalog),
@@ -267,30 +252,23 @@ def _allowed_gpus(path: Path, hw: HardwareChoice, catalog: Catalog) -> tuple[str
     return gpus
 
 
-class _WorkloadFields(TypedDict):
-    kind: str
-    model_id: str
-    precision: Precision
-    demands: tuple[Demand, ...]
-    serve_precisions: tuple[str, ...]
-    kv_precision: str
-    stack: str | None
-
-
-def _workload_fields(path: Path, catalog: Catalog, w: Workload | ServeWorkload,
-                     model: ModelSpec) -> _WorkloadFields:
-    """The Problem fields that depend on the workload's kind: its request classes in SI units
-    (latency limits in seconds) and formats when it serves, its precision when it trains, and the
-    stack or engine it names (checked against the catalog)."""
+def _workload(path: Path, catalog: Catalog, w: TrainSpec | ServeSpec, model: ModelSpec,
+              deadline_s: float | None) -> Workload:
+    """The workload in SI units and catalog ids: a serving one's request classes (latency limits in
+    seconds) and formats, a training one's tokens, precision, sequence length and global-batch
+    range, and the stack or engine either names (checked against the catalog)."""
     model_id = w.model if isinstance(w.model, str) else model.name
-    if isinstance(w, ServeWorkload):
+    if isinstance(w, ServeSpec):
         demands = tuple(Demand(c.name, c.input_len, c.output_len, c.demand, c.ttft_ms / 1e3 if c.ttft_ms else None,
                                c.tpot_ms / 1e3 if c.tpot_ms else None) for c in w.classes)
-        return _WorkloadFields(kind="serve", model_id=model_id, precision="bf16", demands=demands,
-                               serve_precisions=tuple(dict.fromkeys(w.precisions)), kv_precision=w.kv_precision,
-                               stack=_stack(path, catalog, "serving", w.engine))
-    return _WorkloadFields(kind="train", model_id=model_id, precision=w.precision, demands=(), serve_precisions=(),
-                           kv_precision="fp16", stack=_stack(path, catalog, "training", w.stack))
+        return ServeWorkload(model=model, model_id=model_id, demands=demands,
+                             precisions=tuple(dict.fromkeys(w.precisions)), kv_precision=w.kv_precision,
+                             stack=_stack(path, catalog, "serving", w.engine))
+    seq_len = w.seq_len or model.seq_len
+    return TrainWorkload(model=model, model_id=model_id, tokens=float(w.tokens), precision=w.precision,
+                         seq_len=seq_len, min_global_batch=w.global_batch.min_seqs,
+                         max_global_batch=_max_global_batch(path, w.global_batch, seq_len), deadline_s=deadline_s,
+                         stack=_stack(path, catalog, "training", w.stack))
 
 
 def _stack(path: Path, catalog: Catalog, kind: Kind, ident: str | None) -> str | None:
@@ -325,7 +303,9 @@ def confidence_factor(problem: Problem, catalog: Catalog, gpu_id: str, precision
     borrowed from another family or stack, and for a serving ``demand`` the band of its regime."""
     if problem.confidence is None:
         return 1.0
-    band = catalog.band_for(problem.kind, problem.stack, (gpu_id, precision or problem.precision),
+    w = problem.workload
+    default = w.precision if isinstance(w, TrainWorkload) else "bf16"
+    band = catalog.band_for(w.kind, w.stack, (gpu_id, precision or default),
                             regime=serve_regime(demand) if demand is not None else None)
     return band.ratio(100 - problem.confidence)
 
@@ -334,9 +314,9 @@ PHASE_FIELDS = {"name", "start_days", "deadline_days", "end_days"}
 
 
 def _several(data: dict[str, Any], spec: ProblemFile, path: Path, catalog: Catalog) -> Problem:
-    """A problem with several workloads: each becomes a problem of its own (the shared site,
+    """A problem with several workloads: each is checked as a problem of its own (the shared site,
     hardware, prices and solver, its deadline or horizon the length of its window), and the
-    whole a ``Problem`` of kind "multi" holding them as phases."""
+    whole holds them, each in its window (``Problem.alone`` gives one back as a problem)."""
     def bad(field: str, what: str, fix: str) -> ProblemError:
         return ProblemError(f"{path}: field '{field}': {what}. To fix: {fix}.")
 
@@ -353,7 +333,8 @@ def _several(data: dict[str, Any], spec: ProblemFile, path: Path, catalog: Catal
         raise bad("workloads", f"names must be unique, got {names}", "give each workload its own name")
     horizon_years = spec.cost.horizon_years or catalog.facility.amortisation_years.value
     horizon_days = horizon_years * 365.25
-    phases = []
+    problems: list[Problem] = []
+    workloads: list[Workload] = []
     for i, w in enumerate(spec.workloads):
         train = isinstance(w, TrainPhase)
         end = w.deadline_days if isinstance(w, TrainPhase) else (w.end_days or horizon_days)
@@ -375,8 +356,8 @@ def _several(data: dict[str, Any], spec: ProblemFile, path: Path, catalog: Catal
             alone = problem_from_data(sub, path, catalog, check_grid=False)
         except ProblemError as exc:  # name the entry: its fields are checked as the workload of its own problem
             raise ProblemError(str(exc).replace("field 'workload.", f"field '{where}.")) from exc
-        phases.append(Phase(w.name, "train" if train else "serve", alone, w.start_days * 86400.0, end * 86400.0))
-    _check_tp(path, data, [(ph.problem.model, ph.kind == "serve") for ph in phases])
-    first = phases[0].problem
-    return replace(first, name=spec.name, description=spec.description, kind="multi", tokens=0.0,
-                   deadline_s=None, demands=(), horizon_years=horizon_years, phases=tuple(phases))
+        problems.append(alone)
+        workloads.append(replace(alone.workload, name=w.name, start_s=w.start_days * 86400.0, end_s=end * 86400.0))
+    _check_tp(path, data, [(x.model, isinstance(x, ServeWorkload)) for x in workloads])
+    return replace(problems[0], name=spec.name, description=spec.description, horizon_years=horizon_years,
+                   workloads=tuple(workloads))

@@ -100,7 +100,7 @@ class RequestClass(Strict):
         return (self.requests_per_s or 0.0) * self.output_len
 
 
-class ServeWorkload(Strict):
+class ServeSpec(Strict):
     kind: Literal["serve"]
     model: str | InlineModel
     precisions: tuple[Literal["fp16", "bf16", "fp8", "int8", "int4", "nvfp4", "mxfp4"], ...] = ("fp16",)
@@ -109,14 +109,14 @@ class ServeWorkload(Strict):
     classes: tuple[RequestClass, ...] = Field(min_length=1)
 
     @model_validator(mode="after")
-    def _unique(self) -> ServeWorkload:
+    def _unique(self) -> ServeSpec:
         names = [c.name for c in self.classes]
         if len(set(names)) != len(names):
             raise ValueError(f"request class names must be unique, got {names}")
         return self
 
 
-class Workload(Strict):
+class TrainSpec(Strict):
     kind: Literal["train"] = "train"
     model: str | InlineModel
     tokens: Quantity
@@ -126,7 +126,7 @@ class Workload(Strict):
     global_batch: GlobalBatch = GlobalBatch(max_tokens=4e6)  # 4M tokens
 
 
-class TrainPhase(Workload):
+class TrainPhase(TrainSpec):
     """A training workload of a problem with several: it runs from ``start_days`` and must finish
     by ``deadline_days``, both counted from the start of the horizon."""
 
@@ -135,7 +135,7 @@ class TrainPhase(Workload):
     deadline_days: float = Field(gt=0, le=36_525)
 
 
-class ServePhase(ServeWorkload):
+class ServePhase(ServeSpec):
     """A serving workload of a problem with several: its demand holds from ``start_days`` to
     ``end_days`` (the end of the horizon when omitted)."""
 
@@ -274,7 +274,7 @@ class ProblemFile(Strict):
     schema_version: int
     name: str
     description: str = ""
-    workload: Annotated[Annotated[Workload, Tag("train")] | Annotated[ServeWorkload, Tag("serve")],
+    workload: Annotated[Annotated[TrainSpec, Tag("train")] | Annotated[ServeSpec, Tag("serve")],
                         Discriminator(_workload_kind)] | None = None
     workloads: tuple[Annotated[Annotated[TrainPhase, Tag("train")] | Annotated[ServePhase, Tag("serve")],
                                Discriminator(_workload_kind)], ...] = ()

@@ -17,7 +17,7 @@ from optimizer.perf.goodput import Goodput, goodput
 from optimizer.perf.serve import ServeResult
 from optimizer.perf.train import TrainResult
 from optimizer.plans import PlanTable
-from optimizer.problem import Problem
+from optimizer.problem import Problem, TrainWorkload
 from optimizer.recommend.repair import Repair, deadline_walls, feasibility_hints, repairs
 from optimizer.recommend.targets import (
     colocation_per_watt,
@@ -32,10 +32,8 @@ from optimizer.recommend.verify import (
     hardware_checks,
     limit_checks,
     passed,
-    serve_checks,
-    several_checks,
-    train_checks,
     used_gpus,
+    workload_checks,
 )
 
 __all__ = [
@@ -64,8 +62,10 @@ class Recommendation:
     @property
     def days(self) -> float:
         """Wall-clock days of a training job: the model's training time over its goodput."""
-        good = self.goodput
-        return self.problem.tokens / self.perf.tokens_per_s / good.fraction / 86400.0 if self.perf and good else 0.0
+        good, w = self.goodput, self.problem.workloads[0]
+        if self.perf is None or good is None or not isinstance(w, TrainWorkload):
+            return 0.0
+        return w.tokens / self.perf.tokens_per_s / good.fraction / 86400.0
 
 
 def verify(problem: Problem, catalog: Catalog, table: PlanTable, sol: MilpSolution) -> Recommendation:
@@ -73,17 +73,9 @@ def verify(problem: Problem, catalog: Catalog, table: PlanTable, sol: MilpSoluti
     performance model, the hardware re-priced, the power cap and budget compared; the checked
     recommendation, or SolverError naming every check that failed."""
     targets = targets_of(problem)
-    perf: TrainResult | None = None
-    served: tuple[ServeResult, ...] = ()
-    trained: tuple[tuple[str, TrainResult], ...] = ()
-    if problem.phases:
-        trained, checks, served = several_checks(problem, catalog, table, sol)
-    elif problem.kind == "serve":
-        served, checks = serve_checks(problem, catalog, table, sol.replicas, "")
-    else:
-        if sol.candidate is None or sol.counts is None:
-            raise SolverError("verify() needs a solution with a chosen plan")
-        perf, checks = train_checks(problem, catalog, table, sol.candidate, sol.dp, sol.counts.servers)
+    trained, checks, served = workload_checks(problem, catalog, table, sol)
+    perf = trained[0][1] if len(problem.workloads) == 1 and trained else None
+    trained = trained if len(problem.workloads) > 1 else ()
     checks += hardware_checks(problem, targets, table, sol, used_gpus(problem, sol, targets.overlaps))
     checks += limit_checks(problem, sol)
     return Recommendation(problem, table, sol, perf, passed(checks), served, trained)
@@ -99,7 +91,8 @@ def recommend(problem: Problem, catalog: Catalog, backend: str | None = None,
     if not table.candidates and not table.serving:
         reasons = [f"{gpu}: {why}" for gpu, why in sorted(table.gpu_reasons.items())]
         hints = feasibility_hints(problem, catalog, table, backend, limit, fallback=False)
-        raise InfeasibleError(f"no GPU in the catalog can run {problem.model_id} under this problem's limits:",
+        models = " and ".join(dict.fromkeys(w.model_id for w in problem.workloads))
+        raise InfeasibleError(f"no GPU in the catalog can run {models} under this problem's limits:",
                               reasons + hints)
     sol = solve(table, targets, backend, limit, problem.solver.mip_gap)
     if sol.status == Status.NO_SOLUTION:

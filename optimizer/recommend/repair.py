@@ -26,7 +26,7 @@ class Repair:
 
     def apply(self, problem: Problem) -> Problem:
         field = {"budget": "budget_usd", "power": "power_cap_w", "deadline": "deadline_s"}[self.limit]
-        return replace(problem, deadline_s=self.needed) if field == "deadline_s" else \
+        return problem.with_workload(deadline_s=self.needed) if field == "deadline_s" else \
             problem.with_limits(**{field: self.needed})
 
     def describe(self, problem: Problem) -> str:
@@ -66,12 +66,13 @@ def repairs(problem: Problem, catalog: Catalog, table: PlanTable, backend: str, 
                         lambda s: math.ceil(s.power_w / 10) * 10.0)
         if needed is not None:
             out.append(Repair("power", problem.power_cap_w, needed))
-    if problem.deadline_s is not None and problem.kind == "train":
+    job = problem.training
+    if job is not None and job.deadline_s is not None:
         fastest = replace(targets, deadline_s=None, objective=Objective.MIN_TIME)
         s = _solve_if_any(table, fastest, backend, limit, problem)
         if s is not None and s.tokens_per_s > 0:
-            days = math.ceil(problem.tokens / s.tokens_per_s / 86.4) / 1000
-            out.append(Repair("deadline", problem.deadline_s, days * 86400))
+            days = math.ceil(job.tokens / s.tokens_per_s / 86.4) / 1000
+            out.append(Repair("deadline", job.deadline_s, days * 86400))
     return out
 
 
@@ -101,7 +102,7 @@ def feasibility_hints(problem: Problem, catalog: Catalog, table: PlanTable, back
     """What single relaxation makes the problem feasible, each priced by a re-solve."""
     found = repairs(problem, catalog, table, backend, limit)
     hints = [r.describe(problem) for r in found]
-    if problem.kind == "train" and any(r.limit == "deadline" for r in found):
+    if any(r.limit == "deadline" for r in found):
         hints += deadline_walls(problem, catalog, backend, limit)
     if not hints and fallback:
         hints.append("no single relaxation of budget, power or deadline helps: allow more GPUs "
@@ -115,28 +116,31 @@ def deadline_walls(problem: Problem, catalog: Catalog, backend: str, limit: floa
     cap (data parallelism stops at max_global_batch / (micro-batch x micro-batches) replicas) or
     hardware.max_gpus, with the batch, GPUs and money the deadline would take (a linear estimate
     from that cluster's throughput per GPU)."""
+    job = problem.training
+    if job is None or job.deadline_s is None:
+        return []
     free = problem.with_limits(budget_usd=None, power_cap_w=None)
     targets = replace(targets_of(free), deadline_s=None, objective=Objective.MIN_TIME)
     table = plan_table(free, catalog)
     s = _solve_if_any(table, targets, backend, limit, free)
-    if s is None or s.candidate is None or s.tokens_per_s <= 0 or problem.deadline_s is None:
+    if s is None or s.candidate is None or s.tokens_per_s <= 0:
         return []
     g = table.groups[s.candidate.group]
     gpus = s.dp * s.candidate.gpus_per_replica  # the plan's GPUs (without a budget, unused groups are noise)
     per_gpu = g.gpu_usd + g.server_usd / g.slots  # GPUs and servers, before network
-    days = problem.tokens / s.tokens_per_s / 86400
-    if days <= problem.deadline_s / 86400:
+    days = job.tokens / s.tokens_per_s / 86400
+    if days <= job.deadline_s / 86400:
         return []  # the budget or power cap alone binds: its repair says by how much
-    need = problem.tokens / problem.deadline_s / s.tokens_per_s  # times the fastest cluster's speed
+    need = job.tokens / job.deadline_s / s.tokens_per_s  # times the fastest cluster's speed
     c = s.candidate.plan
     seqs = s.dp * c.micro_batch * c.num_micro_batches
     lines = [f"without a budget or power cap the fastest cluster takes {days:,.1f} days on {gpus:,} x {g.gpu} "
              f"(${gpus * per_gpu:,.0f} of GPUs and servers); the deadline needs {need:,.1f}x its speed: about "
              f"{gpus * need:,.0f} such GPUs at the same speed each, some ${gpus * need * per_gpu:,.0f}"
              + (f" against a budget of ${problem.budget_usd:,.0f}" if problem.budget_usd else "")]
-    if seqs * 2 > problem.max_global_batch:
-        tokens = problem.max_global_batch * problem.seq_len
-        lines.append(f"global batch: the cap of {tokens / 1e6:,.1f}M tokens ({problem.max_global_batch:,} sequences) "
+    if seqs * 2 > job.max_global_batch:
+        tokens = job.max_global_batch * job.seq_len
+        lines.append(f"global batch: the cap of {tokens / 1e6:,.1f}M tokens ({job.max_global_batch:,} sequences) "
                      f"stops data parallelism at {s.dp:,} replicas; about {tokens * need / 1e6:,.0f}M tokens per step "
                      "would be needed (workload.global_batch.max_tokens), at some cost in convergence")
     if gpus * 2 > problem.max_gpus:

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from typing_extensions import assert_never
+
 from optimizer.catalog import HOURS_PER_YEAR, Catalog
 from optimizer.milp import MilpSolution, Targets
 from optimizer.plans import PlanTable, enumerate_candidates
 from optimizer.plans.portfolio import enumerate_portfolio, overlaps
-from optimizer.problem import Problem
+from optimizer.problem import Problem, ServeWorkload, TrainWorkload
 from optimizer.problem.enums import BudgetCovers
 
 
@@ -34,24 +36,32 @@ def opex_per_watt(problem: Problem) -> float:
 
 
 def targets_of(problem: Problem) -> Targets:
+    """The MIP's targets: one training job's tokens and deadline, or the request classes to serve;
+    with several workloads every class (``workload/class``), every job and which run together."""
     servers = tuple((k, v) for k, v in problem.max_units if k not in problem.gpus)
-    targets = Targets(problem.objective, problem.tokens, problem.deadline_s, problem.budget_usd,
-                      problem.budget_covers, problem.power_cap_w, opex_per_watt(problem),
-                      tuple((d.name, d.output_tokens_per_s) for d in problem.demands),
+    targets = Targets(problem.objective, 0.0, None, problem.budget_usd,
+                      problem.budget_covers, problem.power_cap_w, opex_per_watt(problem), (),
                       problem.maintenance_per_year * problem.horizon_years, problem.installation_usd_per_server,
                       problem.racks, servers)
-    if not problem.phases:
-        return targets
-    return replace(targets, demands=tuple((f"{ph.name}/{d.name}", d.output_tokens_per_s) for ph in problem.phases
-                                          for d in ph.problem.demands),
-                   jobs=tuple((ph.name, ph.problem.tokens, ph.problem.deadline_s) for ph in problem.phases
-                              if ph.kind == "train"),
-                   overlaps=overlaps(problem.phases))
+    if len(problem.workloads) > 1:
+        ws = problem.workloads
+        return replace(targets, demands=tuple((f"{w.name}/{d.name}", d.output_tokens_per_s) for w in ws
+                                              if isinstance(w, ServeWorkload) for d in w.demands),
+                       jobs=tuple((w.name, w.tokens, w.deadline_s) for w in ws if isinstance(w, TrainWorkload)),
+                       overlaps=overlaps(ws))
+    match problem.workload:
+        case TrainWorkload() as w:
+            return replace(targets, tokens=w.tokens, deadline_s=w.deadline_s)
+        case ServeWorkload() as w:
+            return replace(targets, demands=tuple((d.name, d.output_tokens_per_s) for d in w.demands))
+        case never:
+            assert_never(never)
 
 
 def plan_table(problem: Problem, catalog: Catalog) -> PlanTable:
     """The candidates of ``problem``: its workload's, or every workload's on shared hardware."""
-    return enumerate_portfolio(problem, catalog) if problem.phases else enumerate_candidates(problem, catalog)
+    several = len(problem.workloads) > 1
+    return enumerate_portfolio(problem, catalog) if several else enumerate_candidates(problem, catalog)
 
 
 def spend(problem: Problem, sol: MilpSolution) -> float:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+from typing_extensions import assert_never
+
 from optimizer.catalog import Catalog
 from optimizer.errors import SolverError
 from optimizer.milp import MilpSolution, Targets, least_purchases, solution_costs
@@ -19,7 +21,7 @@ from optimizer.perf.serve import ServeResult, serve
 from optimizer.perf.train import TrainResult, train_step
 from optimizer.plans import Candidate, PlanTable, ServeCandidate
 from optimizer.plans.portfolio import gpus_needed
-from optimizer.problem import Problem, confidence_factor
+from optimizer.problem import Problem, ServeWorkload, TrainWorkload, confidence_factor
 from optimizer.problem.enums import BudgetCovers
 from optimizer.recommend.targets import spend
 
@@ -63,7 +65,7 @@ def passed(checks: Iterable[Check]) -> tuple[Check, ...]:
     return checks
 
 
-def train_checks(problem: Problem, catalog: Catalog, table: PlanTable, c: Candidate, dp: int,
+def train_checks(problem: Problem, w: TrainWorkload, catalog: Catalog, table: PlanTable, c: Candidate, dp: int,
                  servers: int) -> tuple[TrainResult, list[Check]]:
     """The training plan re-run by the performance model at the chosen dp (on a fabric spanning
     leaves at its oversubscription): memory, throughput against the solver's, batch, deadline."""
@@ -71,8 +73,8 @@ def train_checks(problem: Problem, catalog: Catalog, table: PlanTable, c: Candid
     hw = catalog.hardware(group.gpu, group.server, group.fabric)
     if group.spans_leaves(servers):
         hw = hw.oversubscribed(group.oversubscription)
-    result = train_step(problem.model, hw, replace(c.plan, dp=dp * c.plan.ep),
-                        catalog.train_params(group.gpu, problem.precision, problem.stack),
+    result = train_step(w.model, hw, replace(c.plan, dp=dp * c.plan.ep),
+                        catalog.train_params(group.gpu, w.precision, w.stack),
                         catalog.efficiency.reserved_memory, problem.memory_headroom)
     factor = confidence_factor(problem, catalog, group.gpu)
     good = goodput(c.gpus_per_replica * dp, problem.reliability).fraction
@@ -87,29 +89,29 @@ def train_checks(problem: Problem, catalog: Catalog, table: PlanTable, c: Candid
                    f"usable of {result.memory_total / 1e9:,.0f} ({problem.memory_headroom:.0%} headroom)"),
         at_least("throughput", planned, solver_rate,
                  f"throughput at dp={dp}: {result.tokens_per_s:,.0f}{at} ≥ the solver's {solver_rate:,.0f} tokens/s"),
-        Check(what="global_batch", ok=problem.min_global_batch <= gb <= problem.max_global_batch, measured=gb,
-              limit=problem.max_global_batch,
-              text=f"global batch {gb} sequences within [{problem.min_global_batch}, {problem.max_global_batch}]"),
+        Check(what="global_batch", ok=w.min_global_batch <= gb <= w.max_global_batch, measured=gb,
+              limit=w.max_global_batch,
+              text=f"global batch {gb} sequences within [{w.min_global_batch}, {w.max_global_batch}]"),
     ]
-    if problem.deadline_s is not None:
-        days, deadline = problem.tokens / planned / 86400, problem.deadline_s / 86400
+    if w.deadline_s is not None:
+        days, deadline = w.tokens / planned / 86400, w.deadline_s / 86400
         checks.append(at_most("deadline", days, deadline, f"{days:,.1f} days ≤ deadline {deadline:,.1f} days"))
     return result, checks
 
 
-def serve_checks(problem: Problem, catalog: Catalog, table: PlanTable,
+def serve_checks(problem: Problem, w: ServeWorkload, catalog: Catalog, table: PlanTable,
                  replicas: tuple[tuple[ServeCandidate, int], ...], prefix: str
                  ) -> tuple[tuple[ServeResult, ...], list[Check]]:
     """Each replica type re-run by the serving model against its class's latency limits, and the
     demand of every class: (results, checks). Class names carry ``prefix``."""
-    limits = {prefix + d.name: d for d in problem.demands}
+    limits = {prefix + d.name: d for d in w.demands}
     results = []
     capacity: dict[str, float] = {}
     checks = []
     for r, count in replicas:
         g = table.groups[r.group]
-        res = serve(problem.model, catalog.hardware(g.gpu, g.server, None), r.plan,
-                    catalog.serve_params(g.gpu, r.plan.precision, problem.stack))
+        res = serve(w.model, catalog.hardware(g.gpu, g.server, None), r.plan,
+                    catalog.serve_params(g.gpu, r.plan.precision, w.stack))
         results.append(res)
         capacity[r.demand] = capacity.get(r.demand, 0.0) + r.tokens_per_s * count
         d = limits[r.demand]
@@ -123,7 +125,7 @@ def serve_checks(problem: Problem, catalog: Catalog, table: PlanTable,
                  f"{' attention-DP' if r.plan.attention_dp else ''} at batch "
                  f"{r.plan.batch}: {res.output_tokens_per_s:,.0f} tokens/s each, TPOT {res.tpot * 1e3:,.1f} ms, "
                  f"TTFT {res.ttft * 1e3:,.0f} ms, {res.memory_per_gpu / 1e9:,.1f} GB per GPU"))
-    for d in problem.demands:
+    for d in w.demands:
         have = capacity.get(prefix + d.name, 0.0)
         checks.append(at_least("demand", have, d.output_tokens_per_s,
                                f"{d.name}: {have:,.0f} ≥ {d.output_tokens_per_s:,.0f} output tokens/s demanded"))
@@ -162,31 +164,43 @@ def limit_checks(problem: Problem, sol: MilpSolution) -> list[Check]:
     return checks
 
 
-def several_checks(problem: Problem, catalog: Catalog, table: PlanTable, sol: MilpSolution
-                   ) -> tuple[tuple[tuple[str, TrainResult], ...], list[Check], tuple[ServeResult, ...]]:
-    """Each workload of a several-workload problem re-checked on its own, its checks prefixed
-    with its name: (training results by workload, checks, serving results)."""
+def workload_checks(problem: Problem, catalog: Catalog, table: PlanTable, sol: MilpSolution
+                    ) -> tuple[tuple[tuple[str, TrainResult], ...], list[Check], tuple[ServeResult, ...]]:
+    """Each workload re-checked on its own: (training results by workload name, checks, serving
+    results). With several workloads each one's plans are those the solver keyed to it, and its
+    checks and request classes carry its name."""
+    several = len(problem.workloads) > 1
     checks: list[Check] = []
     trained: list[tuple[str, TrainResult]] = []
     served: list[ServeResult] = []
     servers = {p.group: p.servers for p in sol.purchases}
-    for phase in problem.phases:
-        if phase.kind == "train":
-            c, dp = next((c, dp) for c, dp in sol.plans if c.workload == phase.name)
-            result, mine = train_checks(phase.problem, catalog, table, c, dp, servers[c.group])
-            trained.append((phase.name, result))
-        else:
-            replicas = tuple((r, n) for r, n in sol.replicas if r.workload == phase.name)
-            results, mine = serve_checks(phase.problem, catalog, table, replicas, f"{phase.name}/")
-            served += results
-        checks += [c.named(phase.name) for c in mine]
+    for w in problem.workloads:
+        alone = problem.alone(w)
+        match w:
+            case TrainWorkload():
+                if several:
+                    c, dp = next((c, dp) for c, dp in sol.plans if c.workload == w.name)
+                    n = servers[c.group]
+                elif sol.candidate is None or sol.counts is None:
+                    raise SolverError("verify() needs a solution with a chosen plan")
+                else:
+                    c, dp, n = sol.candidate, sol.dp, sol.counts.servers
+                result, mine = train_checks(alone, w, catalog, table, c, dp, n)
+                trained.append((w.name, result))
+            case ServeWorkload():
+                replicas = tuple((r, k) for r, k in sol.replicas if r.workload == w.name) if several else sol.replicas
+                results, mine = serve_checks(alone, w, catalog, table, replicas, f"{w.name}/" if several else "")
+                served += results
+            case never:
+                assert_never(never)
+        checks += [c.named(w.name) for c in mine] if several else mine
     return tuple(trained), checks, tuple(served)
 
 
 def used_gpus(problem: Problem, sol: MilpSolution, overlaps: tuple[tuple[str, ...], ...]) -> dict[str, int]:
     """GPUs per group the answer needs: the training plan's, or every replica's, or for several
     workloads the busiest set of simultaneous ones."""
-    if problem.phases:
+    if len(problem.workloads) > 1:
         return gpus_needed(sol.usage(), overlaps)
     if sol.candidate is not None:
         return {sol.candidate.group: sol.candidate.gpus_per_replica * sol.dp}

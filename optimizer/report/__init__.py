@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import assert_never
+
 from optimizer.catalog import Band, Catalog
 from optimizer.milp import fabric_links
-from optimizer.problem import Problem, answer_regime
+from optimizer.problem import Problem, ServeWorkload, TrainWorkload, answer_regime
 from optimizer.recommend import HOURS_PER_YEAR, Recommendation
 from optimizer.report.bom import BOM_COLUMNS, BomRow, _src, assumptions_used, bill_of_materials, write_bom
 from optimizer.report.owned import owned_account
@@ -26,17 +28,21 @@ def _answer_band(rec: Recommendation, catalog: Catalog) -> tuple[Band, bool]:
     """The 90 % band of the answer, and whether it is the extrapolated one (a GPU it runs on
     borrows its efficiency values). A problem with several workloads bands each in its plan."""
     p, sol, groups = rec.problem, rec.solution, rec.table.groups
-    if p.phases:
-        return catalog.band(p.kind), False
+    if len(p.workloads) > 1:
+        return catalog.band("serve"), False  # the wider of the two; each workload's plan carries its own
+    w = p.workload
     regime = None
-    if p.kind == "serve":
-        runs = tuple((groups[r.group].gpu, r.plan.precision) for r, _ in sol.replicas)
-        regime = answer_regime(p.demands)
-    else:
-        assert sol.candidate is not None
-        runs = ((groups[sol.candidate.group].gpu, p.precision),)
-    borrowed = catalog.borrows(p.kind, p.stack, *runs)
-    return catalog.band(p.kind, borrowed, regime), borrowed
+    match w:
+        case ServeWorkload():
+            runs = tuple((groups[r.group].gpu, r.plan.precision) for r, _ in sol.replicas)
+            regime = answer_regime(w.demands)
+        case TrainWorkload():
+            assert sol.candidate is not None
+            runs = ((groups[sol.candidate.group].gpu, w.precision),)
+        case never:
+            assert_never(never)
+    borrowed = catalog.borrows(w.kind, w.stack, *runs)
+    return catalog.band(w.kind, borrowed, regime), borrowed
 
 
 def summary(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
@@ -77,9 +83,9 @@ def _plan(rec: Recommendation, catalog: Catalog, cost: dict[str, Any], band: Ban
     figures to ``cost`` (per million output tokens served, or the training run's energy)."""
     p = rec.problem
     low, high = band.ratio(5), band.ratio(95)
-    if p.phases:
+    if len(p.workloads) > 1:
         return workloads_plan(rec, catalog), "minimise TCO (USD)"
-    if p.kind == "serve":
+    if isinstance(p.workload, ServeWorkload):
         plan = _serving_plan(rec)
         for cls in plan["classes"]:
             cls["capacity_band_90"] = [cls["predicted_output_tokens_per_s"] * low,
@@ -99,18 +105,23 @@ def _plan(rec: Recommendation, catalog: Catalog, cost: dict[str, Any], band: Ban
 
 
 def _problem_record(p: Problem) -> dict[str, Any]:
-    """The problem as the report states it: what was asked, in days, kW and milliseconds."""
-    return {"name": p.name, "file": str(p.path), "kind": p.kind, "objective": p.objective,
+    """The problem as the report states it: what was asked, in days, kW and milliseconds. With
+    several workloads, the per-workload figures are in the plan's ``workloads``."""
+    w = p.workloads[0]
+    alone = len(p.workloads) == 1
+    job = w if alone and isinstance(w, TrainWorkload) else None
+    demands = w.demands if alone and isinstance(w, ServeWorkload) else ()
+    return {"name": p.name, "file": str(p.path), "kind": w.kind if alone else "multi", "objective": p.objective,
             "confidence": p.confidence,
-            "model": p.model_id, "tokens": p.tokens,
-            "deadline_days": p.deadline_s / 86400 if p.deadline_s else None,
+            "model": w.model_id, "tokens": job.tokens if job else 0.0,
+            "deadline_days": job.deadline_s / 86400 if job and job.deadline_s else None,
             "budget_usd": p.budget_usd, "budget_covers": p.budget_covers,
             "power_cap_kw": p.power_cap_w / 1e3 if p.power_cap_w else None, "datacenter": p.datacenter,
             "allow_workstations": p.allow_workstations,
             "demands": [{"name": d.name, "input_len": d.input_len, "output_len": d.output_len,
                          "output_tokens_per_s": d.output_tokens_per_s,
                          "ttft_ms": d.ttft_s * 1e3 if d.ttft_s else None,
-                         "tpot_ms": d.tpot_s * 1e3 if d.tpot_s else None} for d in p.demands]}
+                         "tpot_ms": d.tpot_s * 1e3 if d.tpot_s else None} for d in demands]}
 
 
 def _solver_record(rec: Recommendation) -> dict[str, Any]:

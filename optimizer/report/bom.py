@@ -16,7 +16,7 @@ from optimizer.catalog import Catalog, Price
 from optimizer.errors import ProblemError
 from optimizer.milp import GroupCount, fabric_links, rent_cost
 from optimizer.plans import Group
-from optimizer.problem import Problem
+from optimizer.problem import Problem, TrainWorkload
 from optimizer.recommend import Recommendation, targets_of
 
 BOM_COLUMNS = ("category", "sku", "description", "quantity", "unit_price_usd", "extended_price_usd",
@@ -74,7 +74,8 @@ def _rented_row(rec: Recommendation, catalog: Catalog, g: Group, bought: GroupCo
     """A rented group: its GPU-hours at the offer's rate (a term's hours, or the job's on demand)."""
     offer = catalog.offers[g.offer or ""]
     job = next((c for c, _ in rec.solution.plans if c.group == g.key), None)
-    tokens = targets_of(rec.problem).job_tokens(job.workload) if job else rec.problem.tokens
+    targets = targets_of(rec.problem)
+    tokens = targets.job_tokens(job.workload) if job else targets.tokens
     usd = rent_cost(g, bought.gpus, tokens, job) / bought.gpus
     billed = (f"{g.rent_hours:,.0f} h ({offer.term})" if g.rent_hours
               else f"{usd / offer.price.usd:,.1f} h of the job (on demand)")
@@ -158,14 +159,13 @@ def assumptions_used(rec: Recommendation, catalog: Catalog) -> list[str]:  # noq
     """The figures behind this answer that no source gives (prices and efficiency factors)."""
     out: list[str] = []
     # the kind, number format and stack of each workload a group runs (several workloads: their own)
-    problems = {ph.name: ph.problem for ph in rec.problem.phases} or {"": rec.problem}
+    workloads = {w.name: w for w in rec.problem.workloads}
     runs: dict[str, set[tuple[str, str, str | None]]] = {}
     for name, groups in rec.solution.usage().items():
-        p = problems[name]
+        w = workloads[name]
+        kind, formats = ("training", (w.precision,)) if isinstance(w, TrainWorkload) else ("serving", w.precisions)
         for group in groups:
-            runs.setdefault(group, set()).update(
-                ("training", p.precision, p.stack) if p.kind == "train" else ("serving", fmt, p.stack)
-                for fmt in ((p.precision,) if p.kind == "train" else p.serve_precisions))
+            runs.setdefault(group, set()).update((kind, fmt, w.stack) for fmt in formats)
     for bought in rec.solution.purchases:
         g = rec.table.groups[bought.group]
         gpu, server = catalog.gpus[g.gpu], catalog.servers[g.server]

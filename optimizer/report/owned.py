@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from optimizer.catalog import Catalog
+from optimizer.problem import TrainWorkload
 from optimizer.recommend import Recommendation, opex_per_watt, targets_of
 from optimizer.report.workloads import ADP
 
@@ -43,7 +44,8 @@ def owned_account(rec: Recommendation, catalog: Catalog) -> list[dict[str, Any]]
             value = entry["idle"] * gpu.price.usd + (idle_servers * server.price.usd if server else 0.0)
             entry["running_cost_usd"] = watts * opex_per_watt(p) + maintenance * value
             entry.update(_alone(rec, o.pool, entry["idle"]))
-            entry["why"] = rec.table.gpu_reasons.get(o.gpu) or _why(p.kind, entry)
+            training = all(isinstance(w, TrainWorkload) for w in p.workloads)
+            entry["why"] = rec.table.gpu_reasons.get(o.gpu) or _why(training, entry)
         out.append(entry)
     return out
 
@@ -64,8 +66,8 @@ def _alone(rec: Recommendation, pool: str, idle: int) -> dict[str, Any]:
                              f"{best.plan.precision}, batch {best.plan.batch}"}
 
 
-def _why(kind: str, e: dict[str, Any]) -> str:
-    if kind == "train" or "alone_output_tokens_per_s" not in e:
+def _why(training: bool, e: dict[str, Any]) -> str:
+    if training or "alone_output_tokens_per_s" not in e:
         return "the job runs on one GPU type, and another meets the target at less cost"
     if not e["alone_replicas"]:
         return (f"too few for one replica (the smallest that meets the targets takes "

@@ -122,7 +122,7 @@ def break_even(rec: Recommendation, catalog: Catalog) -> list[dict[str, Any]]:
         rent_full = (b.gpus if g.rented else count.gpus) * hours * offer.price.usd
         u = fixed / (rent_full - energy) if rent_full > energy else math.inf
         busy = None
-        if p.kind == "train" and rec.perf is not None:
+        if rec.perf is not None:  # one training job: how busy it keeps the hardware
             busy = min(1.0, rec.days * 24 / hours)
         out.append({"gpu": g.gpu, "gpus": b.gpus, "buy_gpus": count.gpus, "server": site.server,
                     "chosen": "rent" if g.rented else "buy", "offer": offer.id,

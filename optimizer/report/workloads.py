@@ -12,7 +12,7 @@ from typing import Any
 from optimizer.catalog import Catalog
 from optimizer.perf.goodput import goodput
 from optimizer.perf.train import TrainResult
-from optimizer.problem import Phase, answer_regime
+from optimizer.problem import TrainWorkload, answer_regime
 from optimizer.recommend import Recommendation
 
 ADP = " attention data-parallel"  # after TP=… PP=… for a replica whose attention is data-parallel
@@ -31,14 +31,14 @@ def memory_text(r: dict[str, Any]) -> str:
     return (f"memory {r['memory_gb_per_gpu']:,.1f} of {r['memory_usable_gb_per_gpu']:,.1f} GB usable per GPU "
             f"({r['memory_total_gb_per_gpu']:,.0f} GB)")
 
-def _train_entry(rec: Recommendation, catalog: Catalog, ph: Phase, result: TrainResult) -> dict[str, Any]:
+def _train_entry(rec: Recommendation, catalog: Catalog, w: TrainWorkload, result: TrainResult) -> dict[str, Any]:
     """A training workload's hardware, plan, speed and memory (used / usable / total per GPU)."""
-    c, dp = next((c, dp) for c, dp in rec.solution.plans if c.workload == ph.name)
+    c, dp = next((c, dp) for c, dp in rec.solution.plans if c.workload == w.name)
     g = rec.table.groups[c.group]
-    good = goodput(c.gpus_per_replica * dp, ph.problem.reliability)
-    days = ph.problem.tokens / result.tokens_per_s / good.fraction / 86400
-    train_band = catalog.band_for("train", ph.problem.stack, (g.gpu, ph.problem.precision))
-    return dict(tokens=ph.problem.tokens, group=g.key, gpu=g.gpu, server=g.server, fabric=g.fabric,
+    good = goodput(c.gpus_per_replica * dp, rec.problem.reliability)
+    days = w.tokens / result.tokens_per_s / good.fraction / 86400
+    train_band = catalog.band_for("train", w.stack, (g.gpu, w.precision))
+    return dict(tokens=w.tokens, group=g.key, gpu=g.gpu, server=g.server, fabric=g.fabric,
                 offer=g.offer, gpus=c.gpus_per_replica * dp, tp=c.plan.tp, pp=c.plan.pp, dp=dp * c.plan.ep,
                 cp=c.plan.cp, ep=c.plan.ep, micro_batch=c.plan.micro_batch,
                 micro_batches=c.plan.num_micro_batches, recompute=c.plan.recompute, zero=c.plan.zero,
@@ -47,7 +47,7 @@ def _train_entry(rec: Recommendation, catalog: Catalog, ph: Phase, result: Train
                 memory_gb_per_gpu=result.memory.total / 1e9,
                 memory_usable_gb_per_gpu=result.memory_capacity / 1e9,
                 memory_total_gb_per_gpu=result.memory_total / 1e9,
-                memory_headroom=ph.problem.memory_headroom, goodput=good.fraction, candidate=c.key)
+                memory_headroom=rec.problem.memory_headroom, goodput=good.fraction, candidate=c.key)
 
 
 def workloads_plan(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
@@ -57,15 +57,15 @@ def workloads_plan(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
     perf = dict(rec.phase_perf)
     replica_perf = dict(zip((r.key for r, _ in sol.replicas), rec.replica_perf, strict=True))
     out = []
-    for ph in rec.problem.phases:
-        entry: dict[str, Any] = {"name": ph.name, "kind": ph.kind, "start_day": ph.start_s / 86400,
-                                 "end_day": ph.end_s / 86400, "model": ph.problem.model_id}
-        if ph.kind == "train":
-            entry.update(_train_entry(rec, catalog, ph, perf[ph.name]))
+    for w in rec.problem.workloads:
+        entry: dict[str, Any] = {"name": w.name, "kind": w.kind, "start_day": w.start_s / 86400,
+                                 "end_day": (w.end_s or 0.0) / 86400, "model": w.model_id}
+        if isinstance(w, TrainWorkload):
+            entry.update(_train_entry(rec, catalog, w, perf[w.name]))
         else:
             replicas: list[dict[str, Any]] = []
             for r, n in sol.replicas:
-                if r.workload != ph.name:
+                if r.workload != w.name:
                     continue
                 g, res = groups[r.group], replica_perf[r.key]
                 replicas.append({"class": r.demand.split("/", 1)[1], "group": g.key, "gpu": g.gpu, "server": g.server,
@@ -78,21 +78,21 @@ def workloads_plan(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
                                  "memory_total_gb_per_gpu": res.memory_total / 1e9,
                                  "candidate": r.key})
             capacity = sol.serving_capacity()
-            serve_band = catalog.band_for("serve", ph.problem.stack,
+            serve_band = catalog.band_for("serve", w.stack,
                                           *((r["gpu"], r["precision"]) for r in replicas),
-                                          regime=answer_regime(ph.problem.demands))
+                                          regime=answer_regime(w.demands))
             entry.update(replicas=replicas, classes=[
                 {"name": d.name, "demand_output_tokens_per_s": d.output_tokens_per_s,
-                 "capacity_output_tokens_per_s": capacity.get(f"{ph.name}/{d.name}", 0.0),
+                 "capacity_output_tokens_per_s": capacity.get(f"{w.name}/{d.name}", 0.0),
                  "predicted_output_tokens_per_s": predicted,
                  "capacity_band_90": [predicted * serve_band.ratio(q) for q in (5, 95)]}
-                for d in ph.problem.demands for predicted in (predicted_capacity(replicas, d.name),)])
+                for d in w.demands for predicted in (predicted_capacity(replicas, d.name),)])
         out.append(entry)
     usage = sol.usage()
     hardware = []
     for p in sol.purchases:
         g = groups[p.group]
-        used = {ph.name: usage[ph.name][p.group] for ph in rec.problem.phases if p.group in usage.get(ph.name, {})}
+        used = {w.name: usage[w.name][p.group] for w in rec.problem.workloads if p.group in usage.get(w.name, {})}
         hardware.append({"group": g.key, "gpu": g.gpu, "server": g.server, "fabric": g.fabric, "offer": g.offer,
                          "gpus": p.gpus, "servers": p.servers, "owned_gpus": p.owned_gpus,
                          "owned_servers": p.owned_servers, "used_by": used})

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 from optimizer.catalog import Catalog, priced_item, with_price
 from optimizer.errors import GpuoptError, ProblemError
-from optimizer.problem import Problem
+from optimizer.problem import Problem, ServeWorkload, TrainWorkload
 from optimizer.problem.enums import Objective
 from optimizer.validation import parse_quantity
 
@@ -106,14 +106,18 @@ def parse_axes(problem: Problem, catalog: Catalog, budget: str | None, deadline:
                power: str | None, demand: str | None, prices: tuple[str, ...]) -> list[Axis]:
     """The sweep's axes from the command-line texts, checked against the problem's kind."""
     axes = []
+    w = problem.workloads[0] if len(problem.workloads) == 1 else None
     for name, text in (("budget", budget), ("deadline", deadline), ("tokens", tokens), ("power", power),
                        ("demand", demand)):
         if text is None:
             continue
-        if problem.kind == "serve" and name in ("tokens", "deadline"):
+        if w is None and name in ("tokens", "deadline", "demand"):
+            raise ProblemError(f"--{name}: '{problem.name}' has several workloads, each with its own {name}. "
+                               "To fix: sweep --budget, --power or --price.")
+        if isinstance(w, ServeWorkload) and name in ("tokens", "deadline"):
             raise ProblemError(f"--{name}: '{problem.name}' is a serving problem; it has no training "
                                f"{name}. To fix: sweep --demand (output tokens/s), --power or --price.")
-        if problem.kind == "train" and name == "demand":
+        if isinstance(w, TrainWorkload) and name == "demand":
             raise ProblemError(f"--demand: '{problem.name}' is a training problem. To fix: sweep --tokens, "
                                "--deadline, --budget, --power or --price.")
         if name == "deadline" and problem.objective.maximize:
@@ -144,15 +148,15 @@ def apply_point(problem: Problem, catalog: Catalog, axes: list[Axis],
         if axis.name == "budget":
             problem = replace(problem, budget_usd=v)
         elif axis.name == "deadline":
-            problem = replace(problem, deadline_s=v * 86400.0)
+            problem = problem.with_workload(deadline_s=v * 86400.0)
         elif axis.name == "tokens":
-            problem = replace(problem, tokens=v)
+            problem = problem.with_workload(tokens=v)
         elif axis.name == "power":
             problem = replace(problem, power_cap_w=v * 1e3)
         elif axis.name == "demand":
             total = problem.total_demand
-            problem = replace(problem, demands=tuple(replace(d, output_tokens_per_s=d.output_tokens_per_s * v / total)
-                                                     for d in problem.demands))
+            problem = problem.with_workload(demands=tuple(
+                replace(d, output_tokens_per_s=d.output_tokens_per_s * v / total) for d in problem.demands))
         else:
             note = f"sweep scenario {axis.item}={axis.show(v)}"
             catalog = with_price(catalog, axis.item or "", price_of(catalog, axis, v), note)
@@ -173,10 +177,11 @@ def default_axis(problem: Problem, points: int) -> Axis:
     def span(value: float, low: float) -> tuple[float, ...]:
         return parse_values("sweep", f"{value * low}:{value * 2}:{points}", float)
 
-    if problem.kind == "serve":
-        return Axis("demand", span(problem.total_demand, 0.25))
-    if problem.objective is Objective.MIN_COST and problem.deadline_s is not None:
-        return Axis("deadline", span(problem.deadline_s / 86400, 0.5))
+    w = problem.workloads[0] if len(problem.workloads) == 1 else None
+    if isinstance(w, ServeWorkload):
+        return Axis("demand", span(w.total_demand, 0.25))
+    if problem.objective is Objective.MIN_COST and isinstance(w, TrainWorkload) and w.deadline_s is not None:
+        return Axis("deadline", span(w.deadline_s / 86400, 0.5))
     if problem.budget_usd is not None:
         return Axis("budget", span(problem.budget_usd, 0.25))
     return Axis("power", span((problem.power_cap_w or 0) / 1e3, 0.25))

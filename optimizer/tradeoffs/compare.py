@@ -81,6 +81,8 @@ def _problem(catalog: Catalog, model: str, kind: str, gpus: int, input_len: int,
 
 def _train_figures(problem: Problem, catalog: Catalog, gpus: int) -> tuple[dict[str, TrainFigure], dict[str, str]]:
     table = enumerate_candidates(problem, catalog)
+    w = problem.training
+    assert w is not None  # _problem(kind="train") built it
     best: dict[str, tuple[tuple[float, float], TrainFigure]] = {}  # ranked by (tokens/s, -capex); first key wins
     least: dict[str, int] = {}
     for c in table.candidates:
@@ -89,8 +91,8 @@ def _train_figures(problem: Problem, catalog: Catalog, gpus: int) -> tuple[dict[
         if gpus % c.gpus_per_replica or not c.dp_min <= gpus // c.gpus_per_replica <= c.dp_max:
             continue
         plan = replace(c.plan, dp=gpus // c.gpus_per_replica * c.plan.ep)
-        result = train_step(problem.model, catalog.hardware(g.gpu, g.server, g.fabric), plan,
-                            catalog.train_params(g.gpu, problem.precision, problem.stack),
+        result = train_step(w.model, catalog.hardware(g.gpu, g.server, g.fabric), plan,
+                            catalog.train_params(g.gpu, w.precision, w.stack),
                             catalog.efficiency.reserved_memory, problem.memory_headroom)
         need = purchase(g, gpus)
         capex, _, watts = group_costs(g, need)
@@ -187,7 +189,7 @@ def _ranked(rows: list[GpuComparison], figure, reason, rank, cells) -> list[str]
 
 def render_text(problem: Problem, rows: list[GpuComparison], workload: str, gpus: int, input_len: int,
                 output_len: int) -> str:
-    lines = [f"gpuopt compare: {problem.model_id}, every GPU in the catalog (prices as listed; * = GeForce "
+    lines = [f"gpuopt compare: {problem.workload.model_id}, every GPU in the catalog (prices as listed; * = GeForce "
              "licence forbids data centres)"]
     if workload != "serve":
         lines += ["", f"Training on {gpus} GPUs (fastest plan; tokens/s per $1k of GPUs, servers and network):",

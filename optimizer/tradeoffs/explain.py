@@ -8,7 +8,7 @@ Every figure comes from a MIP solve re-checked by the performance model, as in `
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Literal, TypedDict
+from typing import Any
 
 from optimizer.catalog import Catalog
 from optimizer.plans import PlanTable, enumerate_candidates, restrict
@@ -18,17 +18,6 @@ from optimizer.recommend import Repair, repairs
 from optimizer.tradeoffs.sweep import SweepRow, solve_point
 
 STEP = 0.10  # each limit is relaxed by 10 % to price it
-
-LimitField = Literal["budget_usd", "power_cap_w", "deadline_s"]  # the Problem fields of the limits
-
-
-class _Raised(TypedDict, total=False):
-    """The one limit a relaxation raises, as a ``Problem`` field."""
-
-    budget_usd: float
-    power_cap_w: float
-    deadline_s: float
-
 
 @dataclass(frozen=True)
 class GpuOption:
@@ -116,17 +105,15 @@ def relaxations(problem: Problem, catalog: Catalog, best: SweepRow, backend: str
     base = _row(problem, catalog, table, backend, limit)
     out = []
     spend = best.tco if problem.budget_covers is BudgetCovers.TCO else best.capex
-    limits: tuple[tuple[str, LimitField, float | None, float], ...] = (
-        ("budget", "budget_usd", problem.budget_usd, (problem.budget_usd or 0) - spend),
-        ("power", "power_cap_w", problem.power_cap_w, (problem.power_cap_w or 0) - best.power_kw * 1e3),
-        ("deadline", "deadline_s", problem.deadline_s if problem.kind == "train" else None,
-         (problem.deadline_s or 0) - (best.days or 0) * 86400))
-    for name, field, current, slack in limits:
+    deadline = problem.training.deadline_s if problem.training else None
+    limits: tuple[tuple[str, float | None, float], ...] = (
+        ("budget", problem.budget_usd, (problem.budget_usd or 0) - spend),
+        ("power", problem.power_cap_w, (problem.power_cap_w or 0) - best.power_kw * 1e3),
+        ("deadline", deadline, (deadline or 0) - (best.days or 0) * 86400))
+    for name, current, slack in limits:
         if current is None:
             continue
-        raised: _Raised = {}
-        raised[field] = current * (1 + STEP)
-        relaxed = replace(problem, **raised)
+        relaxed = Repair(name, current, current * (1 + STEP)).apply(problem)
         row = _row(relaxed, catalog, table, backend, limit)
         out.append(Relaxation(name, current, slack, current * (1 + STEP), _better(problem, row, base), row))
     return out
@@ -143,7 +130,7 @@ def explain(problem: Problem, catalog: Catalog, backend: str | None = None,
         options = gpu_options(problem, catalog, table, backend, limit, "")
         fixes = repairs(problem, catalog, table, backend, limit)  # re-enumerates: works with no plan too
         why = (f"no cluster meets every target of '{problem.name}'" if best is not None
-               else f"no GPU in the catalog can run {problem.model_id} under this problem's limits")
+               else f"no GPU in the catalog can run {problem.workload.model_id} under this problem's limits")
         return Explanation(problem, tuple(options), None, (), tuple(fixes), why)
     options = gpu_options(problem, catalog, table, backend, limit, best.gpu)  # a serving mix names no one GPU
     return Explanation(problem, tuple(options), best, tuple(relaxations(problem, catalog, best, backend, limit)), ())
@@ -155,7 +142,7 @@ def _limit_text(limit: str, value: float) -> str:
 
 
 def _outcome_text(problem: Problem, row: SweepRow) -> str:
-    if problem.kind == "serve":
+    if problem.serving:
         return f"TCO ${row.tco:,.0f}, capex ${row.capex:,.0f}, {row.power_kw:,.1f} kW"
     return f"{row.days:,.1f} days, capex ${row.capex:,.0f}, TCO ${row.tco:,.0f}, {row.power_kw:,.1f} kW"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from optimizer.calibration.data import read_rows
 from optimizer.catalog import Catalog
 from optimizer.errors import ProblemError
-from optimizer.problem import Problem, Search, SolverOptions
+from optimizer.problem import Problem, Search, SolverOptions, TrainWorkload
 from optimizer.problem.enums import BudgetCovers, Objective
 from optimizer.recommend import recommend
 
@@ -50,10 +50,12 @@ def _problem(catalog: Catalog, row: dict[str, str], path: Path) -> Problem:
     spec = model.spec()
     fac = catalog.facility
     return Problem(
-        name=f"gpu-hours-{row['model']}", path=path, description="", model=spec, model_id=row["model"],
-        tokens=float(row["tokens"]), precision="bf16", seq_len=spec.seq_len, min_global_batch=1,
-        max_global_batch=max(1, int(float(row["global_batch_tokens"]) // spec.seq_len)), objective=Objective.MIN_TIME,
-        deadline_s=None, budget_usd=1e15, budget_covers=BudgetCovers.CAPEX, datacenter=True, power_cap_w=None,
+        name=f"gpu-hours-{row['model']}", path=path, description="",
+        workloads=(TrainWorkload(model=spec, model_id=row["model"], tokens=float(row["tokens"]), precision="bf16",
+                                 seq_len=spec.seq_len, min_global_batch=1, deadline_s=None,
+                                 max_global_batch=max(1, int(float(row["global_batch_tokens"]) // spec.seq_len))),),
+        objective=Objective.MIN_TIME, budget_usd=1e15, budget_covers=BudgetCovers.CAPEX, datacenter=True,
+        power_cap_w=None,
         electricity_usd_per_kwh=fac.electricity_usd_per_kwh.value, pue=fac.pue.datacenter.value,
         horizon_years=fac.amortisation_years.value, load_factor=fac.load_factor.value, gpus=(row["gpu"],),
         exclude_servers=(), exclude_fabrics=(), max_gpus=int(row["gpus"]),
@@ -67,7 +69,7 @@ def gpu_hours(path: Path, catalog: Catalog) -> list[GpuHours]:
     for row in read_rows(path, COLUMNS):
         problem = _problem(catalog, row, path)
         rec = recommend(problem, catalog)
-        band = catalog.band_for("train", problem.stack, (row["gpu"], problem.precision))
+        band = catalog.band_for("train", None, (row["gpu"], "bf16"))
         plan = rec.solution.candidate
         assert plan is not None  # recommend() raises unless a training plan was chosen
         used = plan.gpus_per_replica * rec.solution.dp  # units of ep replicas

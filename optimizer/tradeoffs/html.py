@@ -95,7 +95,7 @@ def _sweep(result: SweepResult, png: bytes) -> str:
     data = base64.b64encode(png).decode("ascii")
     axis = ", ".join(f"{a.column} {a.show(min(a.values))}–{a.show(max(a.values))}" for a in result.axes)
     frontier = [r for r in result.rows if r.pareto]
-    serve = result.problem.kind == "serve"
+    serve = result.problem.serving is not None
     rows = [[", ".join(a.show(v) for a, v in zip(result.axes, r.values, strict=True)), r.gpu, str(r.gpus), r.plan,
              f"{r.tokens_per_s:,.0f}" if serve else f"{r.days:,.1f}", _money(result.cost(r))]
             for r in sorted(frontier, key=result.cost)]
@@ -111,7 +111,7 @@ def _sweep(result: SweepResult, png: bytes) -> str:
 
 
 def _explain(e: Explanation) -> str:
-    serve = e.problem.kind == "serve"
+    serve = e.problem.serving is not None
     rows, classes = [], []
     for o in e.options:
         if o.row is not None:

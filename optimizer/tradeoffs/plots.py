@@ -25,7 +25,7 @@ def sweep_png(result: SweepResult) -> bytes:
     from matplotlib import pyplot as plt
     from matplotlib.ticker import FuncFormatter
 
-    serve = result.problem.kind == "serve"
+    serve = result.problem.serving is not None
     feasible = [r for r in result.rows if r.feasible]
     fig, (ax, bars) = plt.subplots(1, 2, figsize=(13, 5.2), dpi=100)
     money = FuncFormatter(lambda v, _: f"${v / 1e6:,.2f}M" if abs(v) >= 1e6 else f"${v / 1e3:,.0f}k")

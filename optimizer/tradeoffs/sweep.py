@@ -122,7 +122,7 @@ class SweepResult:
     def cost_name(self) -> str:
         """The cost the frontier trades: capex when only capex is budgeted, else TCO."""
         p = self.problem
-        capex_only = p.kind == "train" and p.objective.maximize and p.budget_covers is BudgetCovers.CAPEX
+        capex_only = p.training is not None and p.objective.maximize and p.budget_covers is BudgetCovers.CAPEX
         return "capex" if capex_only else "tco"
 
     def cost(self, row: SweepRow) -> float:
@@ -157,7 +157,7 @@ def mark_pareto(result: SweepResult) -> SweepResult:
     """Flag the points no other point beats on both cost and speed (training: cost vs days;
     serving: cost vs output tokens/s). Ties keep the first point in grid order."""
     def lag(r: SweepRow) -> float:  # lower is better: days to train, or minus the serving capacity
-        return (r.days or math.inf) if result.problem.kind == "train" else -r.tokens_per_s
+        return (r.days or math.inf) if result.problem.training else -r.tokens_per_s
 
     on_frontier, best = set(), math.inf
     for r in sorted((r for r in result.rows if r.feasible), key=lambda r: (result.cost(r), lag(r), r.index)):
@@ -227,7 +227,7 @@ def table_rows(result: SweepResult) -> list[dict[str, str]]:
             "gap": "" if r.gap is None else f"{r.gap:.2e}",
             "pareto": "yes" if r.pareto else "",
         })
-        if result.problem.kind == "serve":
+        if result.problem.serving:
             del row["days"]
         out.append(row)
     return out
@@ -245,7 +245,7 @@ def to_csv(result: SweepResult) -> str:
 def render_text(result: SweepResult) -> str:
     """A table of every point, then the Pareto frontier and the monotonicity check."""
     p = result.problem
-    serve = p.kind == "serve"
+    serve = p.serving is not None
     head = [a.column for a in result.axes] + ["gpu", "gpus", "plan", "output tok/s" if serve else "days",
                                                result.cost_name, "kW", ""]
     body = []
