@@ -97,7 +97,7 @@ class Limits(TypedDict, total=False):
     power_cap_w: float | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Problem:
     """A validated problem, in SI units and catalog ids."""
 
