@@ -168,7 +168,9 @@ def test_estimate_bad_tokens(tokens):
 def test_infeasible_deadline_exits_1_with_what_would_help(tmp_path):
     r = run("solve", write(tmp_path, TINY.replace("deadline_days: 30", "deadline_days: 0.5")))
     assert r.exit_code == 1, r.output
-    assert "infeasible" in r.output and "deadline: the fastest cluster" in r.output
+    assert "infeasible" in r.output and "deadline 0.5 days (deadline_days): the fastest cluster" in r.output
+    assert "global batch cap" in r.output and "GPU count 64 (hardware.max_gpus)" in r.output
+    assert "power cap" not in r.output  # 200 kW is not what binds
 
 
 def test_infeasible_budget_says_how_much_more(tmp_path):

@@ -126,6 +126,22 @@ def test_an_impossible_run_names_every_wall(tmp_path):
     r = _solve(tmp_path, IMPOSSIBLE)
     assert r.exit_code == 1, r.output
     out = r.output
-    assert "deadline:" in out and "against a budget of $1,000,000" in out
-    assert "global batch: the cap of 4.0M tokens" in out and "workload.global_batch.max_tokens" in out
-    assert "GPU count: hardware.max_gpus is 4,096" in out
+    walls = [line for line in out.splitlines() if line.startswith("  - ")]
+    # every limit in the way, in the order it binds: the budget, then the batch cap, the GPU count, the deadline
+    assert [w.split()[1] for w in walls] == ["budget", "global", "GPU", "deadline"], walls
+    assert "budget $1,000,000 (budget.usd)" in walls[0] and "x faster" in walls[0]
+    assert "cap 4.0M tokens" in walls[1] and "workload.global_batch.max_tokens" in walls[1]
+    assert "GPU count 4,096 (hardware.max_gpus)" in walls[2]
+    assert "deadline 7.0 days (deadline_days)" in walls[3]
+
+
+def test_explain_names_the_same_walls_as_solve(tmp_path):
+    """70B on 2T tokens in 2 days for $1M on H100s only (a second's solve): explain lists the walls
+    solve reports, in the same order."""
+    text = IMPOSSIBLE.replace("llama3-405b, tokens: 15T", "llama2-70b, tokens: 2T").replace(
+        "deadline_days: 7", "deadline_days: 2") + "hardware: {allow_gpus: [h100-sxm], max_gpus: 1024}\n"
+    r = _solve(tmp_path, text)
+    walls = [line for line in r.output.splitlines() if line.startswith("  - ")]
+    assert r.exit_code == 1 and [w.split()[1] for w in walls] == ["budget", "global", "GPU", "deadline"], r.output
+    e = CliRunner().invoke(main, ["explain", str(tmp_path / "typed.yaml")])
+    assert e.exit_code == 1 and "\n".join(walls) in e.output, e.output

@@ -18,7 +18,7 @@ from optimizer.perf.serve import ServeResult
 from optimizer.perf.train import TrainResult
 from optimizer.plans import PlanTable
 from optimizer.problem import Problem, TrainWorkload
-from optimizer.recommend.repair import Repair, deadline_walls, feasibility_hints, repairs
+from optimizer.recommend.repair import Repair, feasibility_hints, repairs
 from optimizer.recommend.targets import (
     colocation_per_watt,
     electricity_per_watt,
@@ -35,11 +35,12 @@ from optimizer.recommend.verify import (
     used_gpus,
     workload_checks,
 )
+from optimizer.recommend.walls import Wall, deadline_walls
 
 __all__ = [
     "HOURS_PER_YEAR", "Check", "Recommendation", "Repair", "colocation_per_watt", "deadline_walls",
     "electricity_per_watt", "feasibility_hints", "opex_per_watt", "plan_table", "recommend", "repairs", "spend",
-    "targets_of", "verify",
+    "targets_of", "verify", "Wall",
 ]
 
 

@@ -1,6 +1,6 @@
 """What would make an infeasible problem feasible: the least budget, power cap or deadline
-(each found by one relaxed MIP), and, past the deadline, the wall that binds (the global batch
-cap or ``hardware.max_gpus``)."""
+(each found by one relaxed MIP), and, past the deadline, the walls in the order they bind
+(``recommend.walls``)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from optimizer.catalog import Catalog
-from optimizer.milp import MilpSolution, Status, Targets, solve
+from optimizer.milp import MilpSolution, Targets
 from optimizer.plans import PlanTable
 from optimizer.problem import Problem
 from optimizer.problem.enums import BudgetCovers, Objective
 from optimizer.recommend.targets import plan_table, targets_of
+from optimizer.recommend.walls import deadline_walls, solve_if_any
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ def repairs(problem: Problem, catalog: Catalog, table: PlanTable, backend: str, 
     job = problem.training
     if job is not None and job.deadline_s is not None:
         fastest = replace(targets, deadline_s=None, objective=Objective.MIN_TIME)
-        s = _solve_if_any(table, fastest, backend, limit, problem)
+        s = solve_if_any(table, fastest, backend, limit, problem)
         if s is not None and s.tokens_per_s > 0:
             days = math.ceil(job.tokens / s.tokens_per_s / 86.4) / 1000
             out.append(Repair("deadline", job.deadline_s, days * 86400))
@@ -87,7 +88,7 @@ def _least(problem: Problem, catalog: Catalog, field: str, relaxed: Targets, bac
     value: float | None = None
     for _ in range(6):
         table = plan_table(problem.with_limits(**{field: value}), catalog)
-        s = _solve_if_any(table, relaxed, backend, limit, problem)
+        s = solve_if_any(table, relaxed, backend, limit, problem)
         if s is None:
             return value
         fresh = float(measure(s))
@@ -98,60 +99,17 @@ def _least(problem: Problem, catalog: Catalog, field: str, relaxed: Targets, bac
 
 
 def feasibility_hints(problem: Problem, catalog: Catalog, table: PlanTable, backend: str, limit: float,
-                      fallback: bool = True) -> list[str]:
-    """What single relaxation makes the problem feasible, each priced by a re-solve."""
-    found = repairs(problem, catalog, table, backend, limit)
-    hints = [r.describe(problem) for r in found]
-    if any(r.limit == "deadline" for r in found):
-        hints += deadline_walls(problem, catalog, backend, limit)
+                      fallback: bool = True, found: list[Repair] | None = None) -> list[str]:
+    """What makes the problem feasible: each single relaxation of the budget or power cap that
+    does, priced by a re-solve; past the deadline, every wall in the order they bind. ``found``:
+    the problem's repairs if the caller has them already."""
+    found = repairs(problem, catalog, table, backend, limit) if found is None else found
+    hints = [r.describe(problem) for r in found if r.limit != "deadline"]
+    late = next((r for r in found if r.limit == "deadline"), None)
+    if late is not None:
+        walls = deadline_walls(problem, catalog, backend, limit, late.needed / 86400)
+        hints += [w.text for w in walls] if walls else [late.describe(problem)]
     if not hints and fallback:
         hints.append("no single relaxation of budget, power or deadline helps: allow more GPUs "
                      "(hardware.max_gpus), a larger global batch, or more GPU types")
     return hints
-
-
-def deadline_walls(problem: Problem, catalog: Catalog, backend: str, limit: float) -> list[str]:
-    """Past the deadline even at the fastest cluster within the other limits: what the fastest
-    cluster without a budget or power cap achieves, and which limit then binds, the global batch
-    cap (data parallelism stops at max_global_batch / (micro-batch x micro-batches) replicas) or
-    hardware.max_gpus, with the batch, GPUs and money the deadline would take (a linear estimate
-    from that cluster's throughput per GPU)."""
-    job = problem.training
-    if job is None or job.deadline_s is None:
-        return []
-    free = problem.with_limits(budget_usd=None, power_cap_w=None)
-    targets = replace(targets_of(free), deadline_s=None, objective=Objective.MIN_TIME)
-    table = plan_table(free, catalog)
-    s = _solve_if_any(table, targets, backend, limit, free)
-    if s is None or s.candidate is None or s.tokens_per_s <= 0:
-        return []
-    g = table.groups[s.candidate.group]
-    gpus = s.dp * s.candidate.gpus_per_replica  # the plan's GPUs (without a budget, unused groups are noise)
-    per_gpu = g.gpu_usd + g.server_usd / g.slots  # GPUs and servers, before network
-    days = job.tokens / s.tokens_per_s / 86400
-    if days <= job.deadline_s / 86400:
-        return []  # the budget or power cap alone binds: its repair says by how much
-    need = job.tokens / job.deadline_s / s.tokens_per_s  # times the fastest cluster's speed
-    c = s.candidate.plan
-    seqs = s.dp * c.micro_batch * c.num_micro_batches
-    lines = [f"without a budget or power cap the fastest cluster takes {days:,.1f} days on {gpus:,} x {g.gpu} "
-             f"(${gpus * per_gpu:,.0f} of GPUs and servers); the deadline needs {need:,.1f}x its speed: about "
-             f"{gpus * need:,.0f} such GPUs at the same speed each, some ${gpus * need * per_gpu:,.0f}"
-             + (f" against a budget of ${problem.budget_usd:,.0f}" if problem.budget_usd else "")]
-    if seqs * 2 > job.max_global_batch:
-        tokens = job.max_global_batch * job.seq_len
-        lines.append(f"global batch: the cap of {tokens / 1e6:,.1f}M tokens ({job.max_global_batch:,} sequences) "
-                     f"stops data parallelism at {s.dp:,} replicas; about {tokens * need / 1e6:,.0f}M tokens per step "
-                     "would be needed (workload.global_batch.max_tokens), at some cost in convergence")
-    if gpus * 2 > problem.max_gpus:
-        lines.append(f"GPU count: hardware.max_gpus is {problem.max_gpus:,}; about {gpus * need:,.0f} would be needed")
-    return lines
-
-
-def _solve_if_any(table: PlanTable, targets: Targets, backend: str, limit: float,
-                  problem: Problem) -> MilpSolution | None:
-    """The relaxed problem's solution, or None if it has no plan or is infeasible too."""
-    if not table.candidates and not table.serving:
-        return None
-    s = solve(table, targets, backend, limit, problem.solver.mip_gap, tie_break=False)
-    return s if s.status in (Status.OPTIMAL, Status.FEASIBLE) else None

@@ -14,7 +14,7 @@ from optimizer.catalog import Catalog
 from optimizer.plans import PlanTable, enumerate_candidates, restrict
 from optimizer.problem import Problem
 from optimizer.problem.enums import BudgetCovers
-from optimizer.recommend import Repair, repairs
+from optimizer.recommend import Repair, feasibility_hints, repairs
 from optimizer.tradeoffs.sweep import SweepRow, solve_point
 
 STEP = 0.10  # each limit is relaxed by 10 % to price it
@@ -49,6 +49,7 @@ class Explanation:
     relaxations: tuple[Relaxation, ...]
     repairs: tuple[Repair, ...]  # only for an infeasible problem
     infeasible_reason: str = ""
+    hints: tuple[str, ...] = ()  # only for an infeasible problem: what solve says would make it feasible
 
 
 def _row(problem: Problem, catalog: Catalog, table: PlanTable, backend: str, limit: float) -> SweepRow:
@@ -131,7 +132,8 @@ def explain(problem: Problem, catalog: Catalog, backend: str | None = None,
         fixes = repairs(problem, catalog, table, backend, limit)  # re-enumerates: works with no plan too
         why = (f"no cluster meets every target of '{problem.name}'" if best is not None
                else f"no GPU in the catalog can run {problem.workload.model_id} under this problem's limits")
-        return Explanation(problem, tuple(options), None, (), tuple(fixes), why)
+        hints = feasibility_hints(problem, catalog, table, backend, limit, found=fixes)
+        return Explanation(problem, tuple(options), None, (), tuple(fixes), why, tuple(hints))
     options = gpu_options(problem, catalog, table, backend, limit, best.gpu)  # a serving mix names no one GPU
     return Explanation(problem, tuple(options), best, tuple(relaxations(problem, catalog, best, backend, limit)), ())
 
@@ -190,6 +192,9 @@ def render_text(e: Explanation) -> str:
     if e.relaxations and e.best is not None:
         lines += ["", f"Limits at the optimum, each relaxed by {STEP:.0%}:"]
         lines += [f"  {line}" for line in relaxation_lines(e)]
+    if e.hints:
+        lines += ["", "What stands in the way (as gpuopt solve reports it, in the order the limits bind):"]
+        lines += [f"  - {h}" for h in e.hints]
     if e.repairs:
         lines += ["", "Smallest single change that makes it feasible:"]
         lines += [f"  {r.describe(p)}" for r in e.repairs]
@@ -216,6 +221,7 @@ def to_json(e: Explanation) -> dict[str, Any]:
                  for o in e.options],
         "relaxations": [{"limit": r.limit, "current": r.current, "slack": r.slack, "relaxed_to": r.relaxed_to,
                          "binding": r.binding, "optimum_relaxed": row(r.row)} for r in e.relaxations],
+        "hints": list(e.hints),
         "repairs": [{"limit": r.limit, "current": r.current, "needed": r.needed, "text": r.describe(e.problem)}
                     for r in e.repairs],
         "units": {"budget": "USD", "power": "W", "deadline": "s"},

@@ -1,0 +1,157 @@
+"""Why a training job misses its deadline even at the fastest cluster the problem allows: every
+limit that stands in the way, in the order they bind, each with how far lifting it moves the answer.
+
+The budget and the power cap bind first (the fastest cluster within them against the fastest
+without them, both solved). Past them the job is as fast as its data-parallel degree allows: the
+global batch cap stops data parallelism at ``max_global_batch / (micro-batch x micro-batches)``
+replicas and ``hardware.max_gpus`` caps the GPUs; the GPUs and batch the deadline needs are a
+linear estimate from the fastest cluster's throughput per GPU (a lower bound: data-parallel
+communication only grows with the degree).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from optimizer.catalog import Catalog
+from optimizer.milp import MilpSolution, Status, Targets, solve
+from optimizer.plans import PlanTable
+from optimizer.problem import Problem
+from optimizer.problem.enums import Objective
+from optimizer.recommend.targets import plan_table, targets_of
+
+BINDS = 0.99  # a limit binds where lifting it makes the job at least 1 % faster
+
+
+@dataclass(frozen=True, kw_only=True)
+class Wall:
+    """One limit between a training job and its deadline.
+
+    ``days_before``: the fastest the job runs while this limit stands (the walls before it lifted);
+    ``days_after``: once it is lifted too (solved for the budget and power cap, a linear estimate
+    past them). ``field`` is where the problem file sets the limit."""
+
+    limit: str  # budget | power | global_batch | max_gpus | deadline
+    field: str
+    days_before: float
+    days_after: float
+    text: str
+
+    @property
+    def factor(self) -> float:
+        """How many times faster the job gets once this limit is lifted too."""
+        return self.days_before / self.days_after if self.days_after > 0 else math.inf
+
+
+def deadline_walls(problem: Problem, catalog: Catalog, backend: str, limit: float,
+                   fastest_days: float | None) -> list[Wall]:
+    """The walls of a training problem whose deadline no cluster within its limits meets;
+    ``fastest_days``: the fastest it runs within every limit (None: nothing runs within them)."""
+    job = problem.training
+    if job is None or job.deadline_s is None:
+        return []
+    deadline = job.deadline_s / 86400
+    free = problem.with_limits(budget_usd=None, power_cap_w=None)
+    table = plan_table(free, catalog)
+    s = fastest(free, table, backend, limit)
+    if s is None or s.candidate is None:
+        return []
+    days = job.tokens / s.tokens_per_s / 86400
+    g = table.groups[s.candidate.group]
+    gpus = s.dp * s.candidate.gpus_per_replica  # the plan's GPUs (without a budget, unused groups are noise)
+    per_gpu = g.gpu_usd + g.server_usd / g.slots  # GPUs and servers, before network
+    at = f"{days:,.1f} days on {gpus:,} x {g.gpu} (${gpus * per_gpu:,.0f} of GPUs and servers)"
+    out = _spending_walls(problem, catalog, backend, limit, fastest_days, days, at)
+    if days > deadline:
+        out += _scale_walls(problem, s, days, deadline, gpus, per_gpu)
+    before = fastest_days if fastest_days is not None else math.inf
+    out.append(Wall(limit="deadline", field="deadline_days", days_before=before, days_after=before,
+                    text=f"deadline {deadline:,.1f} days (deadline_days): the fastest cluster within every limit "
+                         + (f"takes {before:,.1f} days" if math.isfinite(before) else "runs nowhere")
+                         + (f"; lifting the limits above, in order, brings it to {deadline:,.1f} days"
+                            if len(out) else "")))
+    return out
+
+
+def _spending_walls(problem: Problem, catalog: Catalog, backend: str, limit: float, fastest_days: float | None,
+                    free_days: float, at: str) -> list[Wall]:
+    """The budget and the power cap, where lifting them speeds the job up (both solved; with both
+    set, the budget is lifted first and the power cap after it)."""
+    job = problem.training
+    assert job is not None
+    before = fastest_days if fastest_days is not None else math.inf
+    out = []
+    if problem.budget_usd is not None:
+        after = free_days
+        if problem.power_cap_w is not None:  # the budget alone lifted: the power cap may still bind
+            capped = problem.with_limits(budget_usd=None)
+            s = fastest(capped, plan_table(capped, catalog), backend, limit)
+            after = job.tokens / s.tokens_per_s / 86400 if s is not None else math.inf
+        if after < before * BINDS:
+            within = f"within it the fastest cluster takes {before:,.1f} days" if math.isfinite(before) \
+                else "nothing it buys can train the model"
+            out.append(Wall(limit="budget", field="budget.usd", days_before=before, days_after=after,
+                            text=f"budget ${problem.budget_usd:,.0f} (budget.usd): {within}; without it "
+                                 + (at if problem.power_cap_w is None else f"{after:,.1f} days")
+                                 + _faster(before, after)))
+            before = after
+    if problem.power_cap_w is not None and free_days < before * BINDS:
+        out.append(Wall(limit="power", field="site.power_cap_kw", days_before=before, days_after=free_days,
+                        text=f"power cap {problem.power_cap_w / 1e3:,.1f} kW (site.power_cap_kw): within it the "
+                             f"fastest cluster takes {before:,.1f} days; without it {at}{_faster(before, free_days)}"))
+    return out
+
+
+def _faster(before: float, after: float) -> str:
+    return f", {before / after:,.0f}x faster" if math.isfinite(before) and before / after >= 1.5 else ""
+
+
+def _scale_walls(problem: Problem, s: MilpSolution, days: float, deadline: float, gpus: int,
+                 per_gpu: float) -> list[Wall]:
+    """Past the budget and power cap: the global batch cap and ``hardware.max_gpus``, whichever
+    the fastest cluster is near (within 2x), with the batch and GPUs the deadline needs."""
+    job = problem.training
+    assert job is not None and s.candidate is not None
+    need = days / deadline  # times the fastest cluster's speed
+    c = s.candidate.plan
+    seqs = s.dp * c.micro_batch * c.num_micro_batches
+    batch_binds, gpus_bind = seqs * 2 > job.max_global_batch, gpus * 2 > problem.max_gpus
+    out = []
+    if batch_binds:
+        tokens = job.max_global_batch * job.seq_len
+        room = problem.max_gpus / gpus if gpus_bind else need  # how far more replicas go before max_gpus binds
+        after = days / min(need, max(room, 1.0))
+        out.append(Wall(limit="global_batch", field="workload.global_batch.max_tokens", days_before=days,
+                        days_after=after,
+                        text=f"global batch cap {tokens / 1e6:,.1f}M tokens ({job.max_global_batch:,} sequences, "
+                             f"workload.global_batch.max_tokens): stops data parallelism at {s.dp:,} replicas "
+                             f"({gpus:,} GPUs); {deadline:,.1f} days needs about {tokens * need / 1e6:,.0f}M tokens "
+                             "per step, at some cost in convergence"))
+        days = after
+    if gpus_bind:
+        out.append(Wall(limit="max_gpus", field="hardware.max_gpus", days_before=days, days_after=deadline,
+                        text=f"GPU count {problem.max_gpus:,} (hardware.max_gpus): {deadline:,.1f} days needs about "
+                             f"{gpus * need:,.0f} GPUs at the same speed each, some ${gpus * need * per_gpu:,.0f} "
+                             "of GPUs and servers"))
+    if not out:  # neither binds: more of the fastest GPU would do, at the price the budget wall names
+        out.append(Wall(limit="scale", field="", days_before=days, days_after=deadline,
+                        text=f"{deadline:,.1f} days needs {need:,.1f}x the fastest cluster's speed: about "
+                             f"{gpus * need:,.0f} such GPUs, some ${gpus * need * per_gpu:,.0f}"))
+    return out
+
+
+def fastest(problem: Problem, table: PlanTable, backend: str, limit: float) -> MilpSolution | None:
+    """The fastest cluster over ``table`` within the problem's limits, without its deadline."""
+    targets = replace(targets_of(problem), deadline_s=None, objective=Objective.MIN_TIME)
+    s = solve_if_any(table, targets, backend, limit, problem)
+    return s if s is not None and s.tokens_per_s > 0 else None
+
+
+def solve_if_any(table: PlanTable, targets: Targets, backend: str, limit: float,
+                 problem: Problem) -> MilpSolution | None:
+    """A relaxed problem's solution, or None if it has no plan or is infeasible too."""
+    if not table.candidates and not table.serving:
+        return None
+    s = solve(table, targets, backend, limit, problem.solver.mip_gap, tie_break=False)
+    return s if s.status in (Status.OPTIMAL, Status.FEASIBLE) else None
