@@ -27,6 +27,7 @@ site: {datacenter: true, power_cap_kw: 200}
 hardware: {allow_gpus: [a100-sxm-80gb, l40s], max_gpus: 64}
 search: {pp: [1, 2], micro_batch: [1, 2], zero: [1]}
 solver: {time_limit_s: 30}
+procurement: {rent: false}
 """
 
 

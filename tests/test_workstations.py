@@ -20,6 +20,7 @@ workload:
   classes:
     - {name: chat, input_len: 512, output_len: 256, output_tokens_per_s: 5k, tpot_ms: 60}
 objective: min_cost
+procurement: {rent: false}  # buying: where the towers may stand
 site: {datacenter: true}
 hardware:
   allow_gpus: [rtx-6000-ada, l40s]

@@ -5,7 +5,7 @@ uncertainty bands), every figure with its source and date, units in the field na
 from __future__ import annotations
 
 import re
-from typing import Literal, TypedDict, get_args
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -275,6 +275,7 @@ class ReliabilityFacts(Record):
     interruptions_per_gpu_day: Sourced
     checkpoint_minutes: Sourced  # writing one checkpoint, the job paused
     restart_minutes: Sourced  # detecting a failure, replacing the node, reloading the checkpoint
+    spot_interruptions_per_gpu_day: Sourced  # spot capacity reclaimed by its provider
 
     def reliability(self, interruptions_per_gpu_day: float | None = None, checkpoint_minutes: float | None = None,
                     restart_minutes: float | None = None) -> Reliability:
@@ -282,7 +283,7 @@ class ReliabilityFacts(Record):
         given = (interruptions_per_gpu_day, checkpoint_minutes, restart_minutes)
         facts = (self.interruptions_per_gpu_day, self.checkpoint_minutes, self.restart_minutes)
         rate, checkpoint, restart = (f.value if g is None else g for g, f in zip(given, facts, strict=True))
-        return Reliability(rate, checkpoint * 60.0, restart * 60.0)
+        return Reliability(rate, checkpoint * 60.0, restart * 60.0, self.spot_interruptions_per_gpu_day.value)
 
 
 class Facility(Record):
@@ -333,14 +334,19 @@ class Offer(Record):
     server: str
     fabric: str | None = None
     gpus_per_instance: int = Field(ge=1, le=72)
-    term: Literal["on-demand", "1yr", "3yr"]
+    term: Literal["on-demand", "spot", "1mo", "1yr", "3yr"]
+    min_gpus: int | None = Field(default=None, ge=1)
     max_gpus: int | None = Field(default=None, ge=1)
     price: Price
 
     @property
     def term_hours(self) -> float:
-        """Hours a committed term bills per GPU (0 for on-demand, billed by use)."""
-        return {"on-demand": 0.0, "1yr": HOURS_PER_YEAR, "3yr": 3 * HOURS_PER_YEAR}[self.term]
+        """Hours a committed term bills per GPU (0 on demand or spot, billed by use)."""
+        return {"1mo": HOURS_PER_YEAR / 12, "1yr": HOURS_PER_YEAR, "3yr": 3 * HOURS_PER_YEAR}.get(self.term, 0.0)
+
+    @property
+    def interruptible(self) -> bool:  # spot capacity: the provider may reclaim it at any time
+        return self.term == "spot"
 
 
 QUANTILES = (5, 10, 20, 25, 50, 75, 80, 90, 95)
@@ -378,23 +384,3 @@ class Bands(BandPair):
     widening: float = Field(default=1.0, ge=1.0)  # quantile levels stretched to cover 90 % out of source
     # serving: the bands of the rows measured at a batch, and at maximum load (bands.py)
     regimes: dict[Literal["at a batch", "at maximum load"], BandPair] = Field(default_factory=dict)
-
-
-class TrainTraits(TypedDict):
-    """What a training stack sets in a plan (``TrainPlan`` fields)."""
-
-    grad_reduce_bytes: int
-    flash_attention: bool
-
-
-class ServeTraits(TypedDict):
-    """What a serving engine sets in a replica's plan (``ServePlan`` fields)."""
-
-    memory_fraction: float
-    kv_fraction: float
-    max_seqs: int
-    reserved_memory: float
-    fp16_accumulate: bool
-    prefill_ubatch: int
-    prefill_dequant: bool
-    kv_on_demand: bool

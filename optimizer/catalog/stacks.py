@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -237,3 +237,23 @@ def load_efficiency(root: Path) -> Efficiency:
                                        f"{suggest(key, entries)} To fix: add it there or remove the value.")
     defaults: dict[str, dict[str, str]] = {kind: vendors for kind, vendors in stacks_file.defaults.items()}
     return Efficiency(table, stacks, engines, defaults, table.reserved_memory_gb * 1e9, table.memory_headroom)
+
+
+class TrainTraits(TypedDict):
+    """What a training stack sets in a plan (``TrainPlan`` fields)."""
+
+    grad_reduce_bytes: int
+    flash_attention: bool
+
+
+class ServeTraits(TypedDict):
+    """What a serving engine sets in a replica's plan (``ServePlan`` fields)."""
+
+    memory_fraction: float
+    kv_fraction: float
+    max_seqs: int
+    reserved_memory: float
+    fp16_accumulate: bool
+    prefill_ubatch: int
+    prefill_dequant: bool
+    kv_on_demand: bool

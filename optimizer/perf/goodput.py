@@ -15,7 +15,7 @@ failure rate fails every 3 hours and checkpoints every 19 minutes at one minute 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,12 @@ class Reliability:
     interruptions_per_gpu_day: float = 0.0
     checkpoint_s: float = 60.0  # writing one checkpoint, the job paused
     restart_s: float = 300.0  # detecting a failure, replacing the node, reloading the checkpoint
+    spot_interruptions_per_gpu_day: float = 0.0  # on spot capacity, the provider's reclaims on top
+
+    def on_spot(self) -> Reliability:
+        """The job on spot capacity: its failures and the provider's reclaims, recovered alike."""
+        return replace(self, interruptions_per_gpu_day=self.interruptions_per_gpu_day
+                       + self.spot_interruptions_per_gpu_day)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from typing import TypedDict
 
 from optimizer.catalog import HOURS_PER_YEAR, Catalog, Gpu, Server
+from optimizer.perf.goodput import Reliability
 from optimizer.problem import Problem, TrainWorkload
 from optimizer.problem.enums import BudgetCovers, Role
 from optimizer.problem.procurement import Owned
@@ -47,6 +48,8 @@ class Group:
     rent_usd_per_gpu_h: float = 0.0
     rent_hours: float = 0.0  # hours billed per rented GPU (0: a training job's own GPU-hours, on demand)
     rent_step: int = 0  # GPUs per rented instance
+    rent_min_gpus: int = 0  # the fewest GPUs the offer rents (a training plan on it uses at least these)
+    interruptible: bool = False  # spot capacity: the provider may reclaim it (training restarts more often)
     buy_cap: int | None = None  # most GPUs bought (or rented) beyond the owned ones; None: no cap
     owned_only: bool = False  # a chassis the site takes no more of (a tower in a data centre): owned parts only
     # Fabric sizing, constraint (6): the links (cable and transceivers) and a leaf's port split
@@ -73,6 +76,10 @@ class Group:
     @property
     def rented(self) -> bool:
         return self.offer is not None
+
+    def reliability(self, r: Reliability) -> Reliability:
+        """What interrupts a training job on this group: spot capacity adds its provider's reclaims."""
+        return r.on_spot() if self.interruptible else r
 
     @property
     def first_gpus(self) -> int:
@@ -230,15 +237,17 @@ def _rented_groups(problem: Problem, catalog: Catalog, gpu_id: str, role: Role) 
     groups = []
     for oid in problem.offers:
         offer = catalog.offers[oid]
-        if offer.gpu != gpu_id:
-            continue
+        by_instance = (offer.min_gpus or 0) <= offer.gpus_per_instance
+        if offer.gpu != gpu_id or (role is Role.SERVE and (offer.interruptible or not by_instance)):
+            continue  # serving rents capacity that stays, by the instance
         server = catalog.servers[offer.server]
         fabric = offer.fabric if role is Role.TRAIN else None
         whole = offer.gpus_per_instance == server.slots  # rented by the whole server
         groups.append(replace(bare_group(gpu_id, server, fabric, role, full_only=whole),
                               offer=oid, rent_usd_per_gpu_h=offer.price.usd,
                               rent_hours=rent_hours(problem, offer.term_hours, role),
-                              rent_step=offer.gpus_per_instance, buy_cap=offer.max_gpus))
+                              rent_step=offer.gpus_per_instance, buy_cap=offer.max_gpus,
+                              rent_min_gpus=offer.min_gpus or 0, interruptible=offer.interruptible))
     return groups
 
 

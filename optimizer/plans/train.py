@@ -55,7 +55,7 @@ def _min_dp_that_fits(m: ModelSpec, plan: TrainPlan, capacity: float, reserved: 
 def _dp_range(problem: Problem, w: TrainWorkload, group: Group, mp: int, seqs: int,
               dp_fit: int) -> tuple[int, int] | None:
     """The data-parallel degrees the batch limits, the GPU bound and the group's scope allow."""
-    lo = max(dp_fit, math.ceil(w.min_global_batch / seqs))
+    lo = max(dp_fit, math.ceil(w.min_global_batch / seqs), math.ceil(group.rent_min_gpus / mp))
     hi = min(w.max_global_batch // seqs, max_gpus(problem, group) // mp)
     if group.fabric is None:
         hi = min(hi, group.slots // mp)
@@ -238,7 +238,7 @@ def _add_bands(problem: Problem, w: TrainWorkload, group: Group, links: tuple[Ha
         cp = (f"-cp{plan.cp}" if plan.cp > 1 else "") + (f"-ep{plan.ep}" if plan.ep > 1 else "")
         key = (f"{group.key}/tp{plan.tp}-pp{plan.pp}{vp}{cp}-mb{plan.micro_batch}x{plan.num_micro_batches}"
                f"-{plan.recompute}-z{plan.zero}/dp{band_lo}-{band_hi}")
-        good = goodput(band_hi * mp, problem.reliability).fraction
+        good = goodput(band_hi * mp, group.reliability(problem.reliability)).fraction
         out.append(Candidate(key, group.key, worst, band_lo, band_hi,
                              float(terms.tokens_per_step) / band_hi / step * factor * good, 0.0))
 

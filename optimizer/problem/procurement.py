@@ -48,7 +48,7 @@ class RacksEntry(_Strict):
 
 class ProcurementEntry(_Strict):
     buy: bool = True
-    rent: bool = False
+    rent: bool | None = None  # None: rent where the problem minimises cost (buying and renting compared)
     offers: tuple[str, ...] | None = None  # cloud offers allowed (None: every offer for an allowed GPU)
 
 
@@ -151,9 +151,12 @@ def resolve_inventory(path: Path, entries: tuple[OwnedEntry, ...], catalog: Cata
     return tuple(merged[k] for k in sorted(merged, key=lambda k: (k[0], k[1] or "")))
 
 
-def resolve_offers(path: Path, proc: ProcurementEntry, catalog: Catalog, gpus: tuple[str, ...]) -> tuple[str, ...]:
-    """Cloud offers the problem may rent: the listed ones, or every offer for an allowed GPU."""
-    if not proc.rent:
+def resolve_offers(path: Path, proc: ProcurementEntry, catalog: Catalog, gpus: tuple[str, ...],
+                   rent_by_default: bool = False) -> tuple[str, ...]:
+    """Cloud offers the problem may rent: the listed ones, or every offer for an allowed GPU. Where
+    the file does not say (procurement.rent), ``rent_by_default``: a problem that minimises cost
+    compares buying with renting."""
+    if not (proc.rent if proc.rent is not None else rent_by_default or bool(proc.offers)):
         if proc.offers:
             raise ProblemError(f"{path}: field 'procurement.offers' is given but 'rent' is false. "
                                "To fix: set procurement.rent: true.")
@@ -262,7 +265,7 @@ def resolve_procurement(path: Path, spec: ProblemFile, gpus: tuple[str, ...], ca
         buy = tuple(g for g in buy if g in catalog.regions[site.region].allowed_gpus)
     inventory = resolve_inventory(path, spec.inventory, catalog)
     usable = tuple(dict.fromkeys(gpus + tuple(o.gpu for o in inventory if o.gpu not in hw.exclude_gpus)))
-    offers = resolve_offers(path, proc, catalog, buy)
+    offers = resolve_offers(path, proc, catalog, buy, rent_by_default=spec.objective == "min_cost")
     if not proc.buy:
         buy = ()
     for item, n in hw.max_units.items():

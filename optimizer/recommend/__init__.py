@@ -58,7 +58,10 @@ class Recommendation:
     def goodput(self) -> Goodput | None:
         """The training job's goodput: its share of wall-clock time left by failures and restarts."""
         c = self.solution.candidate
-        return goodput(c.gpus_per_replica * self.solution.dp, self.problem.reliability) if c and self.perf else None
+        if c is None or self.perf is None:
+            return None
+        reliability = self.table.groups[c.group].reliability(self.problem.reliability)
+        return goodput(c.gpus_per_replica * self.solution.dp, reliability)
 
     @property
     def days(self) -> float:

@@ -77,7 +77,7 @@ def train_checks(problem: Problem, w: TrainWorkload, catalog: Catalog, table: Pl
                         catalog.train_params(group.gpu, w.precision, w.stack),
                         catalog.efficiency.reserved_memory, problem.memory_headroom)
     factor = confidence_factor(problem, catalog, group.gpu)
-    good = goodput(c.gpus_per_replica * dp, problem.reliability).fraction
+    good = goodput(c.gpus_per_replica * dp, group.reliability(problem.reliability)).fraction
     planned = result.tokens_per_s * factor * good  # what the solver planned with: failures counted
     solver_rate = c.replica_tokens_per_s * dp
     gb = c.plan.micro_batch * c.plan.num_micro_batches * dp * c.plan.ep

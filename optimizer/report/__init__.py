@@ -169,9 +169,12 @@ def _training_plan(rec: Recommendation) -> dict[str, Any]:
 def _goodput(rec: Recommendation) -> dict[str, Any]:
     """What failures cost the training job: its goodput, the failures a day it expects, Young's
     checkpoint interval, and the rates and times assumed (problem or catalogs/facility.yaml)."""
-    good, r = rec.goodput, rec.problem.reliability
-    assert good is not None  # a training answer
-    return {"fraction": good.fraction, "failures_per_day": good.failures_per_day,
+    good, c = rec.goodput, rec.solution.candidate
+    assert good is not None and c is not None  # a training answer
+    group = rec.table.groups[c.group]
+    r = group.reliability(rec.problem.reliability)
+    spot = {"spot_reclaims_per_gpu_day": r.spot_interruptions_per_gpu_day} if group.interruptible else {}
+    return {**spot,"fraction": good.fraction, "failures_per_day": good.failures_per_day,
             "checkpoint_interval_h": good.checkpoint_interval_s / 3600 if good.failures_per_day else None,
             "days_without_failures": rec.days * good.fraction,
             "interruptions_per_gpu_day": r.interruptions_per_gpu_day, "checkpoint_minutes": r.checkpoint_s / 60,

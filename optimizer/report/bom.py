@@ -155,10 +155,34 @@ def _rack_rows(rec: Recommendation, catalog: Catalog) -> list[BomRow]:
                    costs.new_racks, p.racks.usd, 0.0, _src(price))]
 
 
-def assumptions_used(rec: Recommendation, catalog: Catalog) -> list[str]:  # noqa: C901 (debt: split it, issue 14)
-    """The figures behind this answer that no source gives (prices and efficiency factors)."""
+def assumptions_used(rec: Recommendation, catalog: Catalog) -> list[str]:
+    """The figures behind this answer that no source gives (prices and efficiency factors, and the
+    failure and spot allowances of a training job)."""
     out: list[str] = []
-    # the kind, number format and stack of each workload a group runs (several workloads: their own)
+    runs = _runs(rec)
+    for bought in rec.solution.purchases:
+        g = rec.table.groups[bought.group]
+        gpu, server = catalog.gpus[g.gpu], catalog.servers[g.server]
+        for kind, precision, stack in sorted(runs.get(bought.group, ()), key=str):
+            gaps = catalog.resolve(kind, gpu.id, precision, stack).extrapolated
+            if gaps:
+                out.append(f"{gpu.id} efficiency: no {kind} calibration rows for {' and '.join(gaps)}; borrowed "
+                           "values (catalogs/efficiency.yaml), wider band")
+        if not g.rented:  # a rental's price is the offer's, sourced
+            out += [f"{what} price ${price.usd:,.0f}: {price.source}"
+                    for what, price in ((gpu.id, gpu.price), (server.id, server.price)) if price.assumption]
+        link = catalog.links[gpu.link]
+        if link.assumption and bought.gpus > 1:
+            out.append(f"{link.id} link efficiency {link.efficiency:.0%} and latency {link.latency_us:g} us: "
+                       f"{link.source}")
+        if g.fabric is not None:
+            out += _fabric_assumptions(catalog, g.fabric, priced=not g.rented)
+    out += _goodput_assumptions(rec, catalog)
+    return list(dict.fromkeys(out))
+
+
+def _runs(rec: Recommendation) -> dict[str, set[tuple[str, str, str | None]]]:
+    """Per group: the kind, number format and stack of each workload it runs."""
     workloads = {w.name: w for w in rec.problem.workloads}
     runs: dict[str, set[tuple[str, str, str | None]]] = {}
     for name, groups in rec.solution.usage().items():
@@ -166,35 +190,40 @@ def assumptions_used(rec: Recommendation, catalog: Catalog) -> list[str]:  # noq
         kind, formats = ("training", (w.precision,)) if isinstance(w, TrainWorkload) else ("serving", w.precisions)
         for group in groups:
             runs.setdefault(group, set()).update((kind, fmt, w.stack) for fmt in formats)
-    for bought in rec.solution.purchases:
-        g = rec.table.groups[bought.group]
-        gpu, server = catalog.gpus[g.gpu], catalog.servers[g.server]
-        for kind, precision, stack in sorted(runs.get(bought.group, ()), key=str):
-            gaps = catalog.resolve(kind, gpu.id, precision, stack).extrapolated
-            line = (f"{gpu.id} efficiency: no {kind} calibration rows for {' and '.join(gaps)}; borrowed "
-                    "values (catalogs/efficiency.yaml), wider band")
-            if gaps and line not in out:
-                out.append(line)
-        for what, price in ((gpu.id, gpu.price), (server.id, server.price)):
-            if price.assumption:
-                out.append(f"{what} price ${price.usd:,.0f}: {price.source}")
-        link = catalog.links[gpu.link]
-        if link.assumption and bought.gpus > 1:
-            out.append(f"{link.id} link efficiency {link.efficiency:.0%} and latency {link.latency_us:g} us: "
-                       f"{link.source}")
-        if g.fabric is not None:
-            fabric = catalog.fabrics[g.fabric]
-            if fabric.assumption:
-                out.append(f"{fabric.id} efficiency {fabric.efficiency:.0%}: {fabric.source}")
-            if fabric.nic is not None and catalog.nics[fabric.nic].price.assumption:
-                out.append(f"{fabric.nic} price: {catalog.nics[fabric.nic].price.source}")
-            switch = catalog.switches[fabric.switch]
-            if switch.price.assumption:
-                out.append(f"{switch.id} price: {switch.price.source}")
-            for cable_id in (fabric.server_cable, fabric.switch_cable):
-                if cable_id is not None and catalog.cables[cable_id].price.assumption:
-                    out.append(f"{cable_id} price: {catalog.cables[cable_id].price.source}")
-    return list(dict.fromkeys(out))
+    return runs
+
+
+def _fabric_assumptions(catalog: Catalog, fabric_id: str, priced: bool) -> list[str]:
+    """A fabric's efficiency, and where it is bought, the prices of its parts, that no source gives."""
+    fabric = catalog.fabrics[fabric_id]
+    out = [f"{fabric.id} efficiency {fabric.efficiency:.0%}: {fabric.source}"] if fabric.assumption else []
+    if not priced:
+        return out
+    if fabric.nic is not None and catalog.nics[fabric.nic].price.assumption:
+        out.append(f"{fabric.nic} price: {catalog.nics[fabric.nic].price.source}")
+    switch = catalog.switches[fabric.switch]
+    if switch.price.assumption:
+        out.append(f"{switch.id} price: {switch.price.source}")
+    for cable_id in (fabric.server_cable, fabric.switch_cable):
+        if cable_id is not None and catalog.cables[cable_id].price.assumption:
+            out.append(f"{cable_id} price: {catalog.cables[cable_id].price.source}")
+    return out
+
+
+def _goodput_assumptions(rec: Recommendation, catalog: Catalog) -> list[str]:
+    """A training job's checkpoint and restart times (where it expects failures), and the spot
+    reclaim rate where it runs on spot capacity: assumptions of catalogs/facility.yaml."""
+    facts, r = catalog.facility.reliability, rec.problem.reliability
+    spot = any(rec.table.groups[c.group].interruptible for c, _ in rec.solution.plans)
+    if not rec.solution.plans or (r.interruptions_per_gpu_day <= 0 and not spot):
+        return []
+    out = [f"{name} {fact.value:g} min: {fact.source}" for name, fact, used in
+           (("checkpoint", facts.checkpoint_minutes, r.checkpoint_s), ("restart", facts.restart_minutes, r.restart_s))
+           if fact.assumption and used == fact.value * 60.0]  # not where the problem gives its own
+    if spot and facts.spot_interruptions_per_gpu_day.assumption:
+        spot_rate = facts.spot_interruptions_per_gpu_day
+        out.append(f"spot reclaims {spot_rate.value:g} per GPU-day: {spot_rate.source}")
+    return out
 
 
 def _deterministic_zip(data: bytes) -> bytes:

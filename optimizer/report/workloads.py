@@ -35,7 +35,7 @@ def _train_entry(rec: Recommendation, catalog: Catalog, w: TrainWorkload, result
     """A training workload's hardware, plan, speed and memory (used / usable / total per GPU)."""
     c, dp = next((c, dp) for c, dp in rec.solution.plans if c.workload == w.name)
     g = rec.table.groups[c.group]
-    good = goodput(c.gpus_per_replica * dp, rec.problem.reliability)
+    good = goodput(c.gpus_per_replica * dp, g.reliability(rec.problem.reliability))
     days = w.tokens / result.tokens_per_s / good.fraction / 86400
     train_band = catalog.band_for("train", w.stack, (g.gpu, w.precision))
     return dict(tokens=w.tokens, group=g.key, gpu=g.gpu, server=g.server, fabric=g.fabric,
