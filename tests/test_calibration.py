@@ -427,3 +427,20 @@ def test_an_unknown_training_precision_in_the_aliases_is_bad_input(tmp_path):
     assert result.exit_code == 2, result.output
     assert "aliases.yaml" in result.output and f"training_precisions.{label}" in result.output
     assert "'bf16', 'fp16', 'fp8' or 'fp4' (got 'fp32')" in result.output
+
+
+def test_the_mfu_ceiling_is_the_best_published_dense_run(catalog):
+    """The ceiling (issue 15, item 4) is data, not a guess: per family and precision with enough
+    dense rows the highest MFU one of them reached, else the highest of all; each names its run."""
+    from optimizer.calibration.ceiling import MIN_ROWS, measured_mfu, mfu_ceilings
+
+    cases = [c for c in crossval.load_dataset("training", catalog).cases if not c.model.moe]
+    table = catalog.efficiency.table.mfu_ceiling
+    assert table is not None and table.model_dump() == mfu_ceilings(cases)
+    assert table.default.value == round(max(measured_mfu(c) for c in cases), 4)
+    for key, ceiling in table.hardware.items():
+        mine = [c for c in cases if f"{c.family}/{c.precision}" == key]
+        assert len(mine) == ceiling.rows >= MIN_ROWS and ceiling.row in {c.row for c in mine}
+    # a run compared on tokens/s gives the MFU the model's own convention reports for it
+    c = next(c for c in cases if c.metric == "tokens_per_s_per_gpu")
+    assert measured_mfu(c) == pytest.approx(c.measured * float(c.terms.model_flops_per_token) / float(c.terms.peak))

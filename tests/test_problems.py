@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from optimizer.milp import Status, solve
+from optimizer.perf.train import train_step
 from optimizer.plans import enumerate_plans
 from optimizer.problem import load_priced, load_problem
 from optimizer.recommend import plan_table, recommend, targets_of, verify
@@ -150,3 +152,40 @@ def test_no_shipped_answer_uses_more_memory_than_it_may(path):
         if "memory_headroom" in p:  # training: the total less the headroom
             usable = p["memory_total_gb_per_gpu"] * (1 - p["memory_headroom"])
             assert p["memory_usable_gb_per_gpu"] == pytest.approx(usable)
+
+
+def test_no_shipped_answer_is_above_the_mfu_ceiling(catalog):
+    """Issue 15, item 4: every training answer (and every training workload of a mixed one) is at
+    or below the highest MFU published dense runs reached on its GPU family and precision."""
+    checked = 0
+    for path in sorted((ROOT / "tests" / "snapshots").glob("solve_*.json")):
+        plan = json.loads(path.read_text())["plan"]
+        for w in plan.get("workloads", [plan]):
+            if "mfu" in w:
+                ceiling = catalog.mfu_ceiling(w["gpu"], w.get("precision", "bf16"))
+                assert ceiling is not None and w["mfu"] <= ceiling.value, (path.name, w["gpu"], w["mfu"])
+                checked += 1
+    assert checked >= 8
+
+
+def test_plans_above_the_mfu_ceiling_are_dropped_as_model_errors(catalog, tiny_problem):
+    """A plan predicted faster than any published run on its GPU is not offered: with the ceiling
+    lowered to 30 % the tiny problem's plans above it go (counted as 'mfu ceiling'), the rest stay."""
+    from optimizer.catalog.stacks import Ceiling, MfuCeilings
+
+    low = Ceiling(value=0.30, rows=1, row="test", source="test")
+    eff = catalog.efficiency
+    table = eff.table.model_copy(update={"mfu_ceiling": MfuCeilings(default=low)})
+    capped = replace(catalog, efficiency=replace(eff, table=table))
+    problem = load_problem(tiny_problem, capped)
+    before = enumerate_plans(load_problem(tiny_problem, catalog), catalog)
+    after = enumerate_plans(problem, capped)
+    assert after.dropped["mfu ceiling"] > 0 and "mfu ceiling" not in before.dropped
+    assert 0 < len(after.candidates) < len(before.candidates)
+    for c in after.candidates:
+        g = after.groups[c.group]
+        hw = capped.hardware(g.gpu, g.server, g.fabric)
+        for dp in {c.dp_min, c.dp_max}:
+            r = train_step(problem.workload.model, hw, replace(c.plan, dp=dp * c.plan.ep),
+                           *capped.train_setup(g.gpu, c.plan.precision))
+            assert r.mfu <= 0.30 + 1e-9, (c.key, dp, r.mfu)

@@ -14,6 +14,7 @@ import numpy as np
 import yaml
 
 from optimizer.calibration.bands import bands
+from optimizer.calibration.ceiling import mfu_ceilings
 from optimizer.calibration.crossval import Dataset, Validation
 from optimizer.calibration.fit import FitResult
 from optimizer.catalog import Catalog
@@ -71,12 +72,23 @@ def _value(v: float, rows: int, sources: int) -> dict[str, Any]:
     return {"value": float(f"{v:.4g}"), "rows": rows, "sources": sources}
 
 
-def efficiency_yaml(table: EfficiencyFile, fits: dict[str, tuple[FitResult, Dataset, dict]], fitted: str) -> str:
+def _head(table: EfficiencyFile, fits: dict[str, tuple[FitResult, Dataset, dict]], fitted: str) -> dict[str, Any]:
+    """The table's fixed figures, and the MFU ceiling of the training rows (plans above it are model errors)."""
     data: dict[str, Any] = {"schema_version": table.schema_version, "fitted": fitted, "families": dict(table.families),
                             "reserved_memory_gb": table.reserved_memory_gb,
                             "reserved_memory_source": table.reserved_memory_source,
                             "memory_headroom": table.memory_headroom,
-                            "memory_headroom_source": table.memory_headroom_source, "support": {}}
+                            "memory_headroom_source": table.memory_headroom_source}
+    if "training" in fits:
+        data["mfu_ceiling"] = mfu_ceilings(list(fits["training"][1].cases))
+    elif table.mfu_ceiling is not None:
+        data["mfu_ceiling"] = table.mfu_ceiling.model_dump()
+    data["support"] = {}
+    return data
+
+
+def efficiency_yaml(table: EfficiencyFile, fits: dict[str, tuple[FitResult, Dataset, dict]], fitted: str) -> str:
+    data = _head(table, fits, fitted)
     for kind in ("training", "serving"):
         params = getattr(table, kind)
         out: dict[str, Any] = {}

@@ -55,6 +55,7 @@ from optimizer.catalog.records import (  # re-exported: the records are part of 
     Switch,
 )
 from optimizer.catalog.stacks import (
+    Ceiling,
     Efficiency,
     Engine,
     Kind,
@@ -178,6 +179,14 @@ class Catalog:
         kind_: Kind = "training" if kind in ("train", "training") else "serving"
         ident = self.stack(kind_, stack, gpu_id).id
         return self.efficiency.resolve(kind_, self.gpus[gpu_id].family, precision, ident)
+
+    def mfu_ceiling(self, gpu_id: str, precision: str) -> Ceiling | None:
+        """The highest MFU published dense runs reached on the GPU's family at ``precision`` (all
+        dense runs where too few were on it); None without a fitted guard."""
+        table = self.efficiency.table.mfu_ceiling
+        if table is None:
+            return None
+        return table.hardware.get(f"{self.gpus[gpu_id].family}/{precision}", table.default)
 
     def efficiency_status(self, gpu_id: str) -> str:
         """Whether the GPU's family has calibration rows of its own, per workload kind."""

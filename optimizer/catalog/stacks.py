@@ -109,6 +109,24 @@ class Support(_Record):
     stacks: dict[str, int] = {}
 
 
+class Ceiling(_Record):
+    """The highest MFU published runs reached: ``value`` (of the plan precision's dense peak) by
+    ``row`` of ``source``, the most of ``rows`` dense-model runs."""
+
+    value: float = Field(gt=0, le=1)
+    rows: int = Field(ge=1)
+    row: str
+    source: str
+
+
+class MfuCeilings(_Record):
+    """Per GPU family and precision (``family/precision``, where enough dense runs were published),
+    else ``default`` (every dense run): a training plan predicted above it is a model error."""
+
+    default: Ceiling
+    hardware: dict[str, Ceiling] = {}
+
+
 class EfficiencyFile(_Record):
     schema_version: int
     fitted: str  # how and when the values were fitted
@@ -118,6 +136,7 @@ class EfficiencyFile(_Record):
     reserved_memory_source: str
     memory_headroom: float = Field(default=0.0, ge=0, lt=0.9)  # share of a GPU's memory a training plan leaves free
     memory_headroom_source: str = ""
+    mfu_ceiling: MfuCeilings | None = None  # None: no guard (a catalog fitted before it existed)
     training: dict[str, Parameter]
     serving: dict[str, Parameter]
 

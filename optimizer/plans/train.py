@@ -18,7 +18,7 @@ from optimizer.perf.goodput import goodput
 from optimizer.perf.memory import training_memory
 from optimizer.perf.params import TrainParams
 from optimizer.perf.specs import Hardware, ModelSpec, TrainPlan
-from optimizer.perf.train import step_time, train_terms
+from optimizer.perf.train import TrainTerms, step_time, train_terms
 from optimizer.plans.groups import (
     Group,
     build_groups,
@@ -117,8 +117,9 @@ def enumerate_plans(problem: Problem, catalog: Catalog) -> PlanTable:
         best_memory: tuple[float, str] | None = None
         fit_cache: dict[FitKey, int | None] = {}
         factor = confidence_factor(problem, catalog, gpu_id)
+        ceiling = catalog.mfu_ceiling(gpu_id, w.precision)
         setup = Setup(catalog.train_params(gpu_id, w.precision, w.stack), reserved,
-                      catalog.train_plan_traits(gpu_id, w.stack))
+                      catalog.train_plan_traits(gpu_id, w.stack), ceiling.value if ceiling else math.inf)
         for group in usable:
             groups[group.key] = group
             hw = catalog.hardware(gpu_id, group.server, group.fabric)
@@ -152,6 +153,7 @@ class Setup:
     params: TrainParams
     reserved: float
     traits: TrainTraits
+    mfu_ceiling: float = math.inf  # the highest MFU published dense runs reached (catalog.mfu_ceiling)
 
 
 # what a plan's least data-parallel degree that fits depends on: memory per GPU and the plan's shape
@@ -232,8 +234,19 @@ def _add_bands(problem: Problem, w: TrainWorkload, group: Group, links: tuple[Ha
         # Communication grows with dp and the sharded optimizer step shrinks with it (∝ 1/dp under
         # ZeRO ≥ 1), so the slowest step anywhere in the band is at most step(dp_max) with
         # dp_min's optimizer step (which the straggler allowance scales too).
-        step = float(step_time(replace(terms, optimizer_bytes=terms.optimizer_bytes * band_hi / band_lo)
-                               if plan.zero >= 1 else terms, setup.params).total)
+        parts = step_time(replace(terms, optimizer_bytes=terms.optimizer_bytes * band_hi / band_lo)
+                          if plan.zero >= 1 else terms, setup.params)
+        step = float(parts.total)
+        # the band's fastest end (least dp) runs at a higher MFU: checked exactly where the work no
+        # dp changes (compute, launches, tensor, context, expert and pipeline sends) alone is above it
+        ceiling = setup.mfu_ceiling
+        floor = float(parts.compute + parts.layer_overhead + parts.tp_comm + parts.cp_comm + parts.ep_comm
+                      + parts.pp_comm)
+        if _mfu(terms, step, band_hi * mp) > ceiling or (
+                band_lo < band_hi and _mfu(terms, floor, band_hi * mp) > ceiling
+                and _mfu(*_at_dp(w, links, group, plan, band_lo, setup)) > ceiling):
+            reasons["mfu ceiling"] += 1  # faster than any published run on this GPU: a model error, not a plan
+            continue
         vp = f"v{plan.virtual_stages}" if plan.virtual_stages > 1 else ""
         cp = (f"-cp{plan.cp}" if plan.cp > 1 else "") + (f"-ep{plan.ep}" if plan.ep > 1 else "")
         key = (f"{group.key}/tp{plan.tp}-pp{plan.pp}{vp}{cp}-mb{plan.micro_batch}x{plan.num_micro_batches}"
@@ -241,6 +254,22 @@ def _add_bands(problem: Problem, w: TrainWorkload, group: Group, links: tuple[Ha
         good = goodput(band_hi * mp, group.reliability(problem.reliability)).fraction
         out.append(Candidate(key, group.key, worst, band_lo, band_hi,
                              float(terms.tokens_per_step) / band_hi / step * factor * good, 0.0))
+
+
+def _mfu(terms: TrainTerms, step: float, gpus: int) -> float:
+    """A plan's MFU: model FLOPs over the dense peak of its precision (as TrainResult.mfu), to hold
+    against the highest published dense runs reached on its GPU (``catalog.mfu_ceiling``): above it
+    the plan is faster than any published run, a model error rather than an answer."""
+    return float(terms.model_flops_per_token * terms.tokens_per_step) / gpus / step / float(terms.peak)
+
+
+def _at_dp(w: TrainWorkload, links: tuple[Hardware, Hardware], group: Group, plan: TrainPlan, dp: int,
+           setup: Setup) -> tuple[TrainTerms, float, int]:
+    """Terms, step time and GPUs of the plan at ``dp`` (its band's fastest end, for the MFU guard)."""
+    gpus = dp * plan.unit_gpus
+    terms = train_terms(w.model, links[1] if group.spans_leaves(math.ceil(gpus / group.slots)) else links[0],
+                        replace(plan, dp=dp * plan.ep))
+    return terms, float(step_time(terms, setup.params).total), gpus
 
 
 def with_memory(c: Candidate, m: ModelSpec, reserved: float) -> Candidate:

@@ -93,6 +93,11 @@ def train_checks(problem: Problem, w: TrainWorkload, catalog: Catalog, table: Pl
               limit=w.max_global_batch,
               text=f"global batch {gb} sequences within [{w.min_global_batch}, {w.max_global_batch}]"),
     ]
+    ceiling = catalog.mfu_ceiling(group.gpu, w.precision)
+    if ceiling is not None:  # above it the model, not the plan, would be wrong
+        checks.append(at_most("mfu", result.mfu, ceiling.value,
+                              f"MFU {result.mfu:.1%} ≤ {ceiling.value:.1%}, the most published dense runs reached "
+                              f"on its GPU family and precision ({ceiling.row}, {ceiling.source})"))
     if w.deadline_s is not None:
         days, deadline = w.tokens / planned / 86400, w.deadline_s / 86400
         checks.append(at_most("deadline", days, deadline, f"{days:,.1f} days ≤ deadline {deadline:,.1f} days"))

@@ -68,7 +68,8 @@ def _problem(catalog: Catalog, model: str, kind: str, gpus: int, input_len: int,
     where = Path("gpuopt compare")  # messages name the option; a model file is read relative to the cwd
     resolve_model(model, catalog, where, "--model")
     data: dict[str, Any] = {"schema_version": 1, "name": f"compare-{kind}", "objective": "min_cost",
-                            "site": {"datacenter": False}, "hardware": {"max_gpus": gpus}}
+                            "site": {"datacenter": False}, "hardware": {"max_gpus": gpus},
+                            "procurement": {"rent": False}}  # GPUs at their purchase prices, per $1k bought
     if kind == "train":
         data.update(workload={"kind": "train", "model": model, "tokens": "1T"}, deadline_days=30)
     else:
