@@ -145,3 +145,31 @@ def test_explain_names_the_same_walls_as_solve(tmp_path):
     assert r.exit_code == 1 and [w.split()[1] for w in walls] == ["budget", "global", "GPU", "deadline"], r.output
     e = CliRunner().invoke(main, ["explain", str(tmp_path / "typed.yaml")])
     assert e.exit_code == 1 and "\n".join(walls) in e.output, e.output
+
+
+WALL = """\
+schema_version: 1
+name: wall-cap
+workload: {kind: train, model: llama2-7b, tokens: 200B, precision: bf16}
+objective: min_time
+budget: {usd: 2M}
+site: {datacenter: true, facility_power_cap_kw: 30, pue: 1.25}
+hardware: {allow_gpus: [h100-sxm, a100-sxm-80gb]}
+search: {tp: [1, 2], pp: [1], micro_batch: [1, 2], zero: [1]}
+procurement: {rent: false}
+"""
+
+
+def test_a_facility_power_cap_is_wall_power(tmp_path):
+    """Issue 15, item 8: a cap at the wall (IT power x PUE) is the IT cap it leaves at the site's
+    PUE: 30 kW at PUE 1.25 plans exactly as 24 kW of IT power, and the answer says so at the wall."""
+    wall = _solve(tmp_path, WALL, "--format", "json")
+    it = _solve(tmp_path, WALL.replace("facility_power_cap_kw: 30", "power_cap_kw: 24"), "--format", "json")
+    assert wall.exit_code == 0 and it.exit_code == 0, wall.output + it.output
+    a, b = json.loads(wall.output), json.loads(it.output)
+    assert a["objective"] == b["objective"] and a["cost"]["it_power_kw"] <= 24 + 1e-9
+    assert a["problem"]["facility_power_cap_kw"] == 30 and "facility_power_cap_kw" not in b["problem"]
+    (line,) = [v for v in a["verification"] if "facility cap" in v]
+    assert "kW at the wall, PUE 1.25) ≤ the facility cap 30.0 kW" in line
+    both = _solve(tmp_path, WALL.replace("facility_power_cap_kw: 30", "facility_power_cap_kw: 30, power_cap_kw: 20"))
+    assert both.exit_code == 0 and "and the IT cap 20.0 kW" in both.output  # the lower of the two binds

@@ -109,7 +109,7 @@ class Problem:
     budget_usd: float | None
     budget_covers: BudgetCovers
     datacenter: bool
-    power_cap_w: float | None
+    power_cap_w: float | None  # IT power (from site.power_cap_kw, or the facility cap over the PUE)
     electricity_usd_per_kwh: float
     pue: float
     horizon_years: float
@@ -135,6 +135,7 @@ class Problem:
     oversubscription: float = 1.0  # leaf downlinks per uplink in a two-tier fabric
     memory_headroom: float = 0.0  # share of each GPU's memory a training plan leaves free
     reliability: Reliability = Reliability()  # failures and recovery of a training job (default: none)
+    facility_power_cap_w: float | None = None  # the cap as stated at the wall (IT power x PUE), if it was
     # the catalog at this problem's prices, as ``with_prices`` resolved it (None: not yet priced)
     catalog: Catalog | None = field(default=None, compare=False, repr=False)
 
@@ -192,6 +193,21 @@ class Problem:
         if isinstance(w, ServeWorkload) and w.end_s is not None:
             horizon = (w.end_s - w.start_s) / (365.25 * 86400.0)
         return replace(self, name=f"{self.name}/{w.name}", workloads=(replace(w, name=""),), horizon_years=horizon)
+
+    def power_text(self, it_w: float) -> str:
+        """IT watts as the problem states its cap: IT power, or also at the wall where the cap is a
+        facility one (site.facility_power_cap_kw)."""
+        text = f"{it_w / 1e3:,.2f} kW of IT power"
+        if self.facility_power_cap_w is not None:
+            text += f" ({it_w * self.pue / 1e3:,.2f} kW at the wall, PUE {self.pue:g})"
+        return text
+
+    @property
+    def power_field(self) -> str:
+        """The problem-file field that sets the binding power cap."""
+        wall = self.facility_power_cap_w
+        binds = wall is not None and self.power_cap_w is not None and abs(wall / self.pue - self.power_cap_w) < 1e-6
+        return "site.facility_power_cap_kw" if binds else "site.power_cap_kw"
 
     @property
     def demands(self) -> tuple[Demand, ...]:

@@ -178,7 +178,7 @@ def problem_from_data(data: dict[str, Any], path: Path, catalog: Catalog, check_
         datacenter=spec.site.datacenter,
         allow_workstations=(spec.site.allow_workstations if spec.site.allow_workstations is not None
                             else not spec.site.datacenter),
-        power_cap_w=spec.site.power_cap_kw * 1e3 if spec.site.power_cap_kw else None,
+        **_power_caps(spec, pue),
         electricity_usd_per_kwh=spec.site.electricity_usd_per_kwh or fac.electricity_usd_per_kwh.value,
         pue=pue,
         horizon_years=spec.cost.horizon_years or fac.amortisation_years.value,
@@ -193,6 +193,21 @@ def problem_from_data(data: dict[str, Any], path: Path, catalog: Catalog, check_
         **_margins(spec, catalog),
         **extra,
     )
+
+
+class _PowerCaps(TypedDict):
+    power_cap_w: float | None
+    facility_power_cap_w: float | None
+
+
+def _power_caps(spec: ProblemFile, pue: float) -> _PowerCaps:
+    """The IT power the site allows: ``site.power_cap_kw`` as given (IT power), or what
+    ``site.facility_power_cap_kw`` (at the wall) leaves at the site's PUE, the lower where both are
+    given; the facility cap is kept to state answers against it."""
+    it = spec.site.power_cap_kw * 1e3 if spec.site.power_cap_kw else None
+    wall = spec.site.facility_power_cap_kw * 1e3 if spec.site.facility_power_cap_kw else None
+    caps = [c for c in (it, wall / pue if wall else None) if c is not None]
+    return _PowerCaps(power_cap_w=min(caps) if caps else None, facility_power_cap_w=wall)
 
 
 class _Margins(TypedDict):
@@ -219,7 +234,8 @@ def _check_objective(path: Path, spec: ProblemFile, serving: bool) -> None:
     if spec.objective == "min_cost" and spec.deadline_days is None and not serving:
         raise ProblemError(f"{path}: objective min_cost needs 'deadline_days'. To fix: add deadline_days: 30,"
                            " or use objective: min_time with a budget.")
-    if spec.objective == "min_time" and spec.budget is None and spec.site.power_cap_kw is None:
+    if spec.objective == "min_time" and spec.budget is None and spec.site.power_cap_kw is None \
+            and spec.site.facility_power_cap_kw is None:
         raise ProblemError(f"{path}: objective min_time needs a 'budget' (or at least a power cap), or the "
                            "fastest cluster is unbounded. To fix: add budget: {usd: 500000}.")
 

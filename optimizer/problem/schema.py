@@ -159,7 +159,8 @@ class Site(Strict):
     datacenter: bool = True
     # workstation towers, desktops and consumer rigs: allowed outside a data centre, in one only if true
     allow_workstations: bool | None = None
-    power_cap_kw: float | None = Field(default=None, gt=0)
+    power_cap_kw: float | None = Field(default=None, gt=0)  # IT power: what the GPUs, servers and network draw
+    facility_power_cap_kw: float | None = Field(default=None, gt=0)  # at the wall: IT power x PUE (cooling too)
     electricity_usd_per_kwh: float | None = Field(default=None, gt=0, le=10)
     pue: float | None = Field(default=None, ge=1.0, le=3.0)
     region: str | None = None  # an export-control region of catalogs/regions.yaml

@@ -35,8 +35,12 @@ class Repair:
             return (f"budget: the least {problem.budget_covers} that meets the other targets is ${self.needed:,.0f}; "
                     f"the budget is ${self.current:,.0f} (+${self.needed - self.current:,.0f})")
         if self.limit == "power":
-            return (f"power: the least IT power that meets the other targets is {self.needed / 1e3:,.2f} kW; "
-                    f"the cap is {self.current / 1e3:,.1f} kW (+{(self.needed - self.current) / 1e3:,.2f} kW)")
+            if problem.facility_power_cap_w is None:
+                return (f"power: the least IT power that meets the other targets is {self.needed / 1e3:,.2f} kW; "
+                        f"the cap is {self.current / 1e3:,.1f} kW (+{(self.needed - self.current) / 1e3:,.2f} kW)")
+            return (f"power: the least power that meets the other targets is {problem.power_text(self.needed)}; "
+                    f"the cap is {problem.power_text(self.current)} ({problem.power_field}; "
+                    f"+{(self.needed - self.current) / 1e3:,.2f} kW of IT power)")
         return (f"deadline: the fastest cluster within the other limits takes {self.needed / 86400:,.3f} days; "
                 f"the deadline is {self.current / 86400:,.1f} days (+{(self.needed - self.current) / 86400:,.3f} days)")
 

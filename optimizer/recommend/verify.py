@@ -159,8 +159,12 @@ def limit_checks(problem: Problem, sol: MilpSolution) -> list[Check]:
     """The power cap and the budget, against the solver's re-priced hardware."""
     checks = []
     if problem.power_cap_w is not None:
-        checks.append(at_most("power", sol.power_w, problem.power_cap_w,
-                              f"IT power {sol.power_w / 1e3:,.2f} kW ≤ cap {problem.power_cap_w / 1e3:,.1f} kW"))
+        text = (f"IT power {sol.power_w / 1e3:,.2f} kW ≤ cap {problem.power_cap_w / 1e3:,.1f} kW"
+                if problem.facility_power_cap_w is None else
+                f"{problem.power_text(sol.power_w)} ≤ the facility cap {problem.facility_power_cap_w / 1e3:,.1f} kW"
+                + (f" and the IT cap {problem.power_cap_w / 1e3:,.1f} kW" if problem.power_field == "site.power_cap_kw"
+                   else ""))
+        checks.append(at_most("power", sol.power_w, problem.power_cap_w, text))
     if problem.budget_usd is not None:
         spent = spend(problem, sol)
         what = "TCO" if problem.budget_covers is BudgetCovers.TCO else ("capex + rent" if sol.rent else "capex")

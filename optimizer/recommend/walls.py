@@ -96,10 +96,11 @@ def _spending_walls(problem: Problem, catalog: Catalog, backend: str, limit: flo
                                  + (at if problem.power_cap_w is None else f"{after:,.1f} days")
                                  + _faster(before, after)))
             before = after
-    if problem.power_cap_w is not None and free_days < before * BINDS:
-        out.append(Wall(limit="power", field="site.power_cap_kw", days_before=before, days_after=free_days,
-                        text=f"power cap {problem.power_cap_w / 1e3:,.1f} kW (site.power_cap_kw): within it the "
-                             f"fastest cluster takes {before:,.1f} days; without it {at}{_faster(before, free_days)}"))
+    cap = problem.power_cap_w
+    if cap is not None and free_days < before * BINDS:
+        out.append(Wall(limit="power", field=problem.power_field, days_before=before, days_after=free_days,
+                        text=f"power cap {problem.power_text(cap)} ({problem.power_field}): within it the fastest "
+                             f"cluster takes {before:,.1f} days; without it {at}{_faster(before, free_days)}"))
     return out
 
 

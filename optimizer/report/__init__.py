@@ -111,7 +111,8 @@ def _problem_record(p: Problem) -> dict[str, Any]:
     alone = len(p.workloads) == 1
     job = w if alone and isinstance(w, TrainWorkload) else None
     demands = w.demands if alone and isinstance(w, ServeWorkload) else ()
-    return {"name": p.name, "file": str(p.path), "kind": w.kind if alone else "multi", "objective": p.objective,
+    wall = {"facility_power_cap_kw": p.facility_power_cap_w / 1e3} if p.facility_power_cap_w else {}
+    return {**wall, "name": p.name, "file": str(p.path), "kind": w.kind if alone else "multi", "objective": p.objective,
             "confidence": p.confidence,
             "model": w.model_id, "tokens": job.tokens if job else 0.0,
             "deadline_days": job.deadline_s / 86400 if job and job.deadline_s else None,
