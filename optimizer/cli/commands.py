@@ -65,7 +65,8 @@ def estimate() -> None:
 
 
 @estimate.command("train")
-@click.option("--model", "model_ref", required=True, help="Preset id (llama2-7b, …) or a YAML file with the shape.")
+@click.option("--model", "model_ref", required=True, help="Preset id (llama2-7b, …), a YAML "
+              "file with the shape, or a Hugging Face config.json (or its directory).")
 @click.option("--gpu", "gpu_id", required=True, help="GPU id from the catalog (gpuopt catalog list).")
 @click.option("--gpus", type=click.IntRange(min=1), required=True, help="Total GPUs (TP × PP × DP).")
 @click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True)
@@ -114,7 +115,8 @@ def estimate_train(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, mic
 
 
 @estimate.command("serve")
-@click.option("--model", "model_ref", required=True, help="Preset id (llama2-70b, …) or a YAML file with the shape.")
+@click.option("--model", "model_ref", required=True, help="Preset id (llama2-70b, …), a YAML "
+              "file with the shape, or a Hugging Face config.json (or its directory).")
 @click.option("--gpu", "gpu_id", required=True, help="GPU id from the catalog (gpuopt catalog list).")
 @click.option("--gpus", type=click.IntRange(min=1), required=True,
               help="GPUs in the group: replicas × TP × PP.")

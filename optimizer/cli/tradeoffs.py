@@ -115,7 +115,8 @@ def explain(problem_file: Path, fmt: str, solver: str | None, time_limit: float 
 
 
 @click.command()
-@click.option("--model", "model_ref", required=True, help="Preset id (llama2-7b, …) or a YAML file with the shape.")
+@click.option("--model", "model_ref", required=True, help="Preset id (llama2-7b, …), a YAML "
+              "file with the shape, or a Hugging Face config.json (or its directory).")
 @click.option("--workload", type=click.Choice(["train", "serve", "both"]), default="both", show_default=True)
 @click.option("--gpus", type=click.IntRange(min=1, max=100_000), default=64, show_default=True,
               help="Reference training cluster size.")

@@ -14,6 +14,7 @@ from optimizer.errors import CatalogError, ProblemError, suggest
 from optimizer.perf.goodput import Reliability
 from optimizer.perf.specs import ModelSpec
 from optimizer.problem.enums import BudgetCovers, Objective
+from optimizer.problem.hf_config import is_hf_config, read_hf_config
 from optimizer.problem.model import Demand, Problem, ServeWorkload, TrainWorkload, Workload
 from optimizer.problem.procurement import (
     apply_prices,
@@ -102,7 +103,8 @@ def _check_tp(path: Path, data: dict[str, Any], workloads: list[tuple[ModelSpec,
 
 
 def resolve_model(ref: str | InlineModel, catalog: Catalog, path: Path, field: str = "workload.model") -> ModelSpec:
-    """A preset id, a YAML file with the shape keys, or an inline shape → ModelSpec."""
+    """A preset id, a YAML file with the shape keys, a Hugging Face config.json (or the directory
+    holding one), or an inline shape → ModelSpec."""
     if isinstance(ref, InlineModel):
         return ref.spec()
     if ref in catalog.models:
@@ -111,10 +113,13 @@ def resolve_model(ref: str | InlineModel, catalog: Catalog, path: Path, field: s
     if ref.endswith((".yaml", ".yml")) and file.exists():
         data = read_yaml(file, ProblemError)
         return validate(InlineModel, data, file, ProblemError).spec()
+    hf = is_hf_config(ref, path.parent)
+    if hf is not None:
+        return validate(InlineModel, {"name": hf.parent.name or hf.stem, **read_hf_config(hf)}, hf, ProblemError).spec()
     raise ProblemError(f"{path}: field '{field}': unknown model '{ref}'.{suggest(ref, catalog.models)}"
                        f" To fix: use a preset ({', '.join(sorted(catalog.models))}), a path to a YAML"
-                       " file with the shape keys, or spell the shape out (layers, hidden, heads,"
-                       " kv_heads, ffn_hidden, vocab, seq_len, mlp).")
+                       " file with the shape keys or to a Hugging Face config.json, or spell the shape out (layers,"
+                       " hidden, heads, kv_heads, ffn_hidden, vocab, seq_len, mlp).")
 
 
 def load_problem(path: Path | str, catalog: Catalog) -> Problem:

@@ -1,0 +1,80 @@
+"""A model's shape from a Hugging Face config.json (issue 15, item 11): the published configs of
+catalog presets give the presets' own shapes, and architectures the model does not cover are
+refused with their name and a fix, never guessed."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+from click.testing import CliRunner
+
+from optimizer.cli import main
+from optimizer.errors import ProblemError
+from optimizer.problem import resolve_model
+
+# the keys each model's published config.json gives (huggingface.co/<repo>/blob/main/config.json)
+CONFIGS = {
+    "llama2-7b": {"model_type": "llama", "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 11008,
+                  "max_position_embeddings": 4096, "num_attention_heads": 32, "num_hidden_layers": 32,
+                  "num_key_value_heads": 32, "tie_word_embeddings": False, "vocab_size": 32000},
+    "mixtral-8x7b": {"model_type": "mixtral", "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 14336,
+                     "max_position_embeddings": 32768, "num_attention_heads": 32, "num_hidden_layers": 32,
+                     "num_key_value_heads": 8, "num_local_experts": 8, "num_experts_per_tok": 2,
+                     "tie_word_embeddings": False, "vocab_size": 32000},
+    "qwen3-30b-a3b": {"model_type": "qwen3_moe", "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 6144,
+                      "moe_intermediate_size": 768, "max_position_embeddings": 40960, "num_attention_heads": 32,
+                      "num_hidden_layers": 48, "num_key_value_heads": 4, "head_dim": 128, "num_experts": 128,
+                      "num_experts_per_tok": 8, "mlp_only_layers": [], "tie_word_embeddings": False,
+                      "vocab_size": 151936},
+    "deepseek-v3": {"model_type": "deepseek_v3", "hidden_act": "silu", "hidden_size": 7168, "intermediate_size": 18432,
+                    "moe_intermediate_size": 2048, "max_position_embeddings": 163840, "num_attention_heads": 128,
+                    "num_hidden_layers": 61, "num_key_value_heads": 128, "n_routed_experts": 256, "n_shared_experts": 1,
+                    "num_experts_per_tok": 8, "first_k_dense_replace": 3, "q_lora_rank": 1536, "kv_lora_rank": 512,
+                    "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128, "tie_word_embeddings": False,
+                    "vocab_size": 129280},
+    "gemma3-27b": {"model_type": "gemma3", "text_config": {
+        "model_type": "gemma3_text", "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 5376,
+        "intermediate_size": 21504, "max_position_embeddings": 131072, "num_attention_heads": 32,
+        "num_hidden_layers": 62, "num_key_value_heads": 16, "head_dim": 128, "sliding_window": 1024,
+        "sliding_window_pattern": 6, "vocab_size": 262208}},
+}
+
+
+@pytest.mark.parametrize("preset", sorted(CONFIGS))
+def test_a_published_config_gives_the_presets_shape(preset, catalog, tmp_path):
+    path = tmp_path / preset / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(CONFIGS[preset]))
+    for ref in (str(path), str(path.parent)):  # the file, or the directory holding it
+        spec = resolve_model(ref, catalog, tmp_path / "p.yaml")
+        want = catalog.models[preset].spec()
+        # the preset's context is its training one; the config's is the longest it was extended to
+        assert _tied(replace(spec, name=want.name, seq_len=want.seq_len)) == _tied(want)
+        text = CONFIGS[preset].get("text_config", CONFIGS[preset])
+        assert spec.seq_len == text["max_position_embeddings"]
+
+
+def _tied(spec):
+    """A preset leaves tying unsaid where it is the default (untied for SwiGLU blocks, tied for GELU)."""
+    return replace(spec, tie_embeddings=spec.mlp == "gelu" if spec.tie_embeddings is None else spec.tie_embeddings)
+
+
+@pytest.mark.parametrize("config, words", [
+    ({"model_type": "mamba", "hidden_size": 768}, ["architecture 'mamba'", "not one the performance model covers",
+                                                   "spell the shape out"]),
+    ({"model_type": "llama", "hidden_size": 4096}, ["lacks the key 'num_attention_heads'"]),
+    ({"model_type": "llama", "hidden_act": "relu", **{k: 8 for k in ("hidden_size", "intermediate_size",
+      "num_attention_heads", "num_hidden_layers", "vocab_size", "max_position_embeddings")}}, ["activation 'relu'"]),
+    ("not json", ["not a readable JSON file"]),
+])
+def test_a_config_the_model_cannot_read_is_refused_with_a_fix(config, words, catalog, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(config if isinstance(config, str) else json.dumps(config))
+    with pytest.raises(ProblemError) as err:
+        resolve_model(str(path), catalog, tmp_path / "p.yaml")
+    for w in words:
+        assert w in str(err.value), str(err.value)
+    r = CliRunner().invoke(main, ["estimate", "train", "--model", str(path), "--gpu", "h100-sxm", "--gpus", "8"])
+    assert r.exit_code == 2 and words[0] in r.output and "Traceback" not in r.output
