@@ -195,3 +195,25 @@ def test_shipped_problem_report_names_the_optimum(tmp_path):
     first = solved["plan"]["replicas"][0]  # the optimum and its capex, as solve prints them
     assert f"Serve with {first['replicas']} × {first['tp'] * first['pp']} {first['gpu']}" in html
     assert f"${solved['cost']['capex_usd']:,.0f}" in html
+
+
+def test_near_ties_name_what_each_alternative_trades(tiny_problem, catalog):
+    """Issue 15, item 9: alternatives within 5 % of the optimum, each with days and money against
+    it ('2.0 days faster, $3,000 more TCO'); one 6 % dearer is not a near-tie."""
+    from optimizer.tradeoffs.explain import Explanation, GpuOption, near_ties
+    from optimizer.tradeoffs.sweep import SweepRow
+
+    def row(gpu, days, tco):
+        return SweepRow(0, (), "optimal", gpu=gpu, gpus=8, plan="TP1 PP1 DP8", tokens_per_s=1e6 / days, days=days,
+                        capex=tco / 2, tco=tco, objective=tco)
+
+    p = load_problem(tiny_problem, catalog)  # min_cost by a deadline
+    best = row("l40s", 20.0, 100_000)
+    options = (GpuOption("l40s", "optimum", row=best),
+               GpuOption("a100-sxm-80gb", "feasible", row=row("a", 18.0, 103_000)),
+               GpuOption("h100-sxm", "feasible", row=row("h", 10.0, 106_000)),
+               GpuOption("b200", "feasible", row=row("b", 21.0, 104_000)))
+    ties = near_ties(Explanation(p, options, best, (), ()))
+    assert ties == ["8 x a (TP1 PP1 DP8): 2.0 days faster, $3,000 more TCO (3.0% dearer than the optimum)",
+                    "8 x b (TP1 PP1 DP8): 1.0 days slower, $4,000 more TCO (4.0% dearer than the optimum; "
+                    "no gain on either)"]

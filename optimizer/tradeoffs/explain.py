@@ -158,6 +158,38 @@ def _effect(problem: Problem, best: SweepRow, r: Relaxation) -> str:
     return f"TCO ${r.row.tco:,.0f} (saves ${best.tco - r.row.tco:,.0f}) with {r.row.gpus} x {r.row.gpu}"
 
 
+NEAR = 0.05  # an alternative within 5 % of the optimum's objective is a near-tie worth naming
+
+
+def near_ties(e: Explanation, within: float = NEAR) -> list[str]:
+    """The best plans on other GPU types within ``within`` of the optimum's objective (TCO, or
+    tokens/s for the fastest-within-a-budget problems), each with what it trades: days and money."""
+    best, out = e.best, list[str]()
+    if best is None:
+        return out
+    fastest = e.problem.objective.maximize
+    for o in e.options:
+        r = o.row
+        if o.outcome != "feasible" or r is None or not r.feasible:
+            continue
+        gap = (best.tokens_per_s - r.tokens_per_s) / best.tokens_per_s if fastest else (r.tco - best.tco) / best.tco
+        if gap > within:
+            continue
+        money = r.capex - best.capex if fastest else r.tco - best.tco
+        what = "capex" if fastest else "TCO"
+        trade = [f"${abs(money):,.0f} {'more' if money > 0 else 'less'} {what}"]
+        if r.days is not None and best.days is not None:
+            late = r.days - best.days
+            trade.insert(0, f"{abs(late):,.1f} days {'slower' if late > 0 else 'faster'}")
+        elif not fastest:
+            trade.insert(0, f"{r.tokens_per_s:,.0f} output tokens/s of capacity")
+        behind = f"{gap:.1%} {'slower' if fastest else 'dearer'} than the optimum"
+        worse = money >= 0 and (r.days or 0) >= (best.days or 0) if fastest else (r.days or 0) >= (best.days or 0)
+        out.append(f"{r.gpus} x {r.gpu} ({r.plan}): {', '.join(trade)} ({behind}"
+                   + ("; no gain on either" if worse and r.days is not None else "") + ")")
+    return out
+
+
 def relaxation_lines(e: Explanation) -> list[str]:
     """One line per limit: its slack at the optimum and what relaxing it by STEP is worth."""
     lines: list[str] = []
@@ -189,6 +221,9 @@ def render_text(e: Explanation) -> str:
                          f"{_outcome_text(p, o.row)}{mark}")
         else:
             lines.append(f"  {o.gpu:<{width}}  out: {o.reason}")
+    ties = near_ties(e)
+    if ties:
+        lines += ["", f"Near-ties (within {NEAR:.0%} of the optimum):"] + [f"  {t}" for t in ties]
     if e.relaxations and e.best is not None:
         lines += ["", f"Limits at the optimum, each relaxed by {STEP:.0%}:"]
         lines += [f"  {line}" for line in relaxation_lines(e)]
@@ -222,6 +257,7 @@ def to_json(e: Explanation) -> dict[str, Any]:
         "relaxations": [{"limit": r.limit, "current": r.current, "slack": r.slack, "relaxed_to": r.relaxed_to,
                          "binding": r.binding, "optimum_relaxed": row(r.row)} for r in e.relaxations],
         "hints": list(e.hints),
+        "near_ties": near_ties(e),
         "repairs": [{"limit": r.limit, "current": r.current, "needed": r.needed, "text": r.describe(e.problem)}
                     for r in e.repairs],
         "units": {"budget": "USD", "power": "W", "deadline": "s"},

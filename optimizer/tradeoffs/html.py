@@ -11,7 +11,7 @@ from html import escape
 from typing import Any
 
 from optimizer.report import acquire
-from optimizer.tradeoffs.explain import STEP, Explanation, relaxation_lines
+from optimizer.tradeoffs.explain import NEAR, STEP, Explanation, near_ties, relaxation_lines
 from optimizer.tradeoffs.sweep import SweepResult
 
 CSS = """
@@ -143,6 +143,10 @@ def render_html(s: dict[str, Any], sweep: SweepResult | None, sweep_png: bytes |
     if sweep is not None and sweep_png is not None:
         sections += ["<h2>Trade-offs: what more or less would buy</h2>", _sweep(sweep, sweep_png)]
     if explanation is not None:
+        ties = near_ties(explanation)
+        if ties:
+            sections += [f"<h2>Near-ties: within {NEAR:.0%} of the optimum</h2>",
+                         "<ul>" + "".join(f"<li>{escape(t)}</li>" for t in ties) + "</ul>"]
         sections += ["<h2>Every GPU type on its own</h2>", _explain(explanation)]
     sections += ["<h2>Re-checked without the solver</h2>",
                  "<ul>" + "".join(f"<li>{escape(c)}</li>" for c in s["verification"]) + "</ul>",
