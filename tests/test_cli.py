@@ -187,6 +187,9 @@ def test_an_assumed_price_says_assumption_once():
     assert _src(Price(usd=1.0, date="2026-11", source="list price", assumption=False)) == "list price [2026-11]"
     out = run("solve", str(ROOT / "problems" / "lab_budget.yaml"), "--format", "json").output
     assert "assumption: assumption" not in out.lower()
+    for path in (ROOT / "tests" / "snapshots").glob("solve_*.md"):  # the prices-used lines of every answer
+        text = path.read_text().lower()
+        assert "(assumption) assumption" not in text and "assumption: assumption" not in text, path.name
 
 
 def test_estimate_serve_with_attention_data_parallelism():

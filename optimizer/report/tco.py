@@ -188,5 +188,6 @@ def price_lines(rows: list[dict[str, Any]]) -> list[str]:
             tag = " (override; not in this answer)"
         unit = f" {r['unit']}" if r["unit"] else ""
         kind = "" if r["kind"] == "unused" else f"{r['kind']} "
-        out.append(f"- {kind}{r['id']}: ${r['usd']:,.2f}{unit} [{r['date']}]{tag} {r['source']}")
+        source = r["source"].removeprefix("assumption: ") if r["assumption"] else r["source"]  # said once
+        out.append(f"- {kind}{r['id']}: ${r['usd']:,.2f}{unit} [{r['date']}]{tag} {source}")
     return out
