@@ -156,3 +156,19 @@ def test_unwritable_outputs_exit_2_without_a_traceback(tmp_path, tiny_problem):
                  ["solve", str(tiny_problem), "--bom", str(missing / "bom.csv")]):
         r = CliRunner().invoke(main, args)
         assert r.exit_code == 2 and "cannot write" in r.output and "Traceback" not in r.output, r.output
+
+
+def test_cost_columns_add_up_to_the_tco_rent_and_maintenance_included(catalog):
+    """Issue 15, item 9: the sweep's cost columns (and the chart's stacked bars) hold every term of
+    a point's TCO: a rented answer's rent, a bought one's maintenance, each summing to the TCO."""
+    from optimizer.tradeoffs.sweep import COST_CATEGORIES
+
+    problem = load_problem(ROOT / "problems" / "rent_or_buy_pretrain.yaml", catalog)
+    axes = parse_axes(problem, catalog, None, "8,10", None, None, None, ())
+    rented = run_sweep(problem, catalog, axes, "ortools", 60, workers=1)
+    bought = run_sweep(replace(problem, offers=()), catalog, axes, "ortools", 60, workers=1)
+    for result, term in ((rented, "rent"), (bought, "maintenance")):
+        for r in result.rows:
+            costs = dict(r.costs)
+            assert set(costs) <= set(COST_CATEGORIES) and costs.get(term, 0) > 0, (term, costs)
+            assert sum(costs.values()) == pytest.approx(r.tco, rel=1e-9)

@@ -11,9 +11,12 @@ from optimizer.tradeoffs.sweep import COST_CATEGORIES, SweepResult, SweepRow
 
 COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22", "#17becf")
-CATEGORY_COLOURS = dict(zip(COST_CATEGORIES, ("#4c72b0", "#8fa8d0", "#dd8452", "#c44e52", "#55a868"), strict=True))
-CATEGORY_LABELS = {"gpu": "GPUs", "server": "server platforms", "nic": "NICs", "switch": "switches",
-                   "electricity": "electricity (horizon)"}
+CATEGORY_COLOURS = dict(zip(COST_CATEGORIES, ("#4c72b0", "#8fa8d0", "#dd8452", "#e8a87c", "#c44e52", "#937860",
+                                               "#da8bc3", "#8172b3", "#55a868", "#ccb974", "#64b5cd"), strict=True))
+CATEGORY_LABELS = {"gpu": "GPUs", "server": "server platforms", "nic": "NICs", "cable": "cables and optics",
+                   "switch": "switches", "rack": "racks", "install": "installation", "rent": "rent",
+                   "electricity": "electricity (horizon)", "maintenance": "maintenance (horizon)",
+                   "colocation": "colocation (horizon)"}
 
 
 def sweep_png(result: SweepResult) -> bytes:

@@ -206,7 +206,9 @@ def _objective(r: SweepRow, maximize: bool) -> str:
     return f"{r.objective:,.1f} tokens/s" if maximize else f"${r.objective:,.0f}"
 
 
-COST_CATEGORIES = ("gpu", "server", "nic", "switch", "electricity")
+# every cost of a point's TCO: the bill of materials by category (rent too), then opex over the horizon
+COST_CATEGORIES = ("gpu", "server", "nic", "cable", "switch", "rack", "install", "rent", "electricity", "maintenance",
+                   "colocation")
 
 
 def table_rows(result: SweepResult) -> list[dict[str, str]]:
