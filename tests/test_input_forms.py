@@ -173,3 +173,21 @@ def test_a_facility_power_cap_is_wall_power(tmp_path):
     assert "kW at the wall, PUE 1.25) ≤ the facility cap 30.0 kW" in line
     both = _solve(tmp_path, WALL.replace("facility_power_cap_kw: 30", "facility_power_cap_kw: 30, power_cap_kw: 20"))
     assert both.exit_code == 0 and "and the IT cap 20.0 kW" in both.output  # the lower of the two binds
+
+
+def test_every_fault_of_a_file_is_reported_in_one_run(tmp_path):
+    """Issue 15, item 8: a bad field, an unknown GPU and an unknown model are all named at once,
+    not one per run."""
+    text = """\
+schema_version: 1
+name: bad
+workload: {kind: train, model: llama2-7c, tokens: lots}
+objective: min_cost
+deadline_days: -3
+hardware: {allow_gpus: [h100-sx]}
+"""
+    r = _solve(tmp_path, text)
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    for words in ("'workload.tokens'", "'deadline_days'", "unknown id 'h100-sx'. Did you mean 'h100-sxm'?",
+                  "unknown model 'llama2-7c'. Did you mean 'llama2-7b'?"):
+        assert words in r.output, (words, r.output)

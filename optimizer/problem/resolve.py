@@ -73,6 +73,32 @@ def _check_ids(path: Path, field: str, ids: tuple[str, ...], table: Mapping[str,
                                f" To fix: use one of {', '.join(sorted(table))}.")
 
 
+def _id_errors(data: dict[str, Any], path: Path, catalog: Catalog) -> list[str]:
+    """The unknown GPU, server, fabric and model names of a problem whose other fields failed their
+    checks, so that one run reports every fault (each as its own check would)."""
+    out = []
+    raw = data.get("hardware")
+    hw: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    for field, table in (("allow_gpus", catalog.gpus), ("exclude_gpus", catalog.gpus),
+                         ("exclude_servers", catalog.servers), ("exclude_fabrics", catalog.fabrics)):
+        ids = hw.get(field)
+        if isinstance(ids, (list, tuple)):
+            try:
+                _check_ids(path, f"hardware.{field}", tuple(i for i in ids if isinstance(i, str)), table)
+            except ProblemError as exc:
+                out.append(str(exc))
+    entries = [("workload", data.get("workload"))] + [(f"workloads[{i}]", w) for i, w in
+                                                      enumerate(data.get("workloads") or ()) if isinstance(w, dict)]
+    for where, w in entries:
+        ref = w.get("model") if isinstance(w, dict) else None
+        if isinstance(ref, str):
+            try:
+                resolve_model(ref, catalog, path, f"{where}.model")
+            except ProblemError as exc:
+                out.append(str(exc))
+    return out
+
+
 def tp_fits(model: ModelSpec, tp: int, serving: bool = False) -> bool:
     """Whether TP can shard the model's attention: it divides the attention heads and, for
     training, it divides the KV heads or is a multiple of them (each KV head then replicated)."""
@@ -155,7 +181,10 @@ def problem_from_data(data: dict[str, Any], path: Path, catalog: Catalog, check_
     if data.get("schema_version") != SCHEMA_VERSION:
         raise ProblemError(f"{path}: schema_version is {short_repr(data.get('schema_version'))}; this gpuopt reads "
                            f"{SCHEMA_VERSION}. To fix: add 'schema_version: 1' at the top.")
-    spec: ProblemFile = validate(ProblemFile, data, path, ProblemError)
+    try:
+        spec: ProblemFile = validate(ProblemFile, data, path, ProblemError)
+    except ProblemError as exc:  # report the unknown ids too, not only after the rest is fixed
+        raise ProblemError("\n".join([str(exc), *_id_errors(data, path, catalog)])) from None
     if spec.workloads:
         return _several(data, spec, path, catalog)
     w = spec.workload
