@@ -204,3 +204,23 @@ def test_estimate_serve_with_attention_data_parallelism():
     assert dp["max_batch"] > 5 * plain["max_batch"]
     text = CliRunner().invoke(main, args[:-2] + ["--attention-dp"]).output
     assert "TP=8 PP=1 (attention data-parallel)" in text
+
+
+def test_stale_prices_are_flagged():
+    """Issue 15, item 11: a price dated over 12 months before the catalog's prices says so."""
+    import re
+
+    from optimizer.catalog import load_catalog
+    from optimizer.report.tco import _month
+
+    asof = _month(load_catalog().prices_as_of)
+    flagged = 0
+    for path in (ROOT / "tests" / "snapshots").glob("solve_*.md"):
+        for line in path.read_text().splitlines():
+            m = re.match(r"- \w+ \S+: \$[\d,.]+(?: per GPU-hour)? \[([^\]]+)\]", line)
+            if not m or _month(m.group(1)) is None or "(override" in line:
+                continue
+            stale = asof - _month(m.group(1)) > 12
+            assert ("(stale:" in line) == stale, (path.name, line)
+            flagged += stale
+    assert flagged > 0 and _month("2024-06") == 2024 * 12 + 5 and _month("undated") is None

@@ -8,6 +8,7 @@ so what is printed adds up to the objective the solver minimised.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from optimizer.catalog import HOURS_PER_YEAR, Catalog, Offer, Price
@@ -75,7 +76,21 @@ def prices_used(rec: Recommendation, catalog: Catalog) -> list[dict[str, Any]]:
             rows[override.item] = {"kind": "unused", "id": override.item, "usd": override.usd,
                                    "unit": "", "date": override.date, "source": override.note,
                                    "assumption": False, "override": True}
+    asof = _month(catalog.prices_as_of)
+    for r in rows.values():  # a price dated over a year before the catalog's: a market may have moved
+        dated = _month(r["date"])
+        if not r["override"] and asof is not None and dated is not None and asof - dated > STALE_MONTHS:
+            r["stale"] = True
     return list(rows.values())
+
+
+STALE_MONTHS = 12
+
+
+def _month(date: str | None) -> int | None:
+    """A 'YYYY', 'YYYY-MM' or 'YYYY-MM-DD' date as a month count (None: undated)."""
+    m = re.match(r"(\d{4})(?:-(\d{2}))?", date or "")
+    return int(m.group(1)) * 12 + int(m.group(2) or 6) - 1 if m else None
 
 
 def _cheapest_offer(catalog: Catalog, gpu: str) -> Offer | None:
@@ -189,5 +204,7 @@ def price_lines(rows: list[dict[str, Any]]) -> list[str]:
         unit = f" {r['unit']}" if r["unit"] else ""
         kind = "" if r["kind"] == "unused" else f"{r['kind']} "
         source = r["source"].removeprefix("assumption: ") if r["assumption"] else r["source"]  # said once
+        if r.get("stale"):
+            tag += f" (stale: over {STALE_MONTHS} months older than the catalog's prices)"
         out.append(f"- {kind}{r['id']}: ${r['usd']:,.2f}{unit} [{r['date']}]{tag} {source}")
     return out
