@@ -6,15 +6,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
 from optimizer.catalog import AT_BATCH, AT_MAX_LOAD, Catalog, gpu_names
 from optimizer.catalog.stacks import Kind
 from optimizer.errors import CatalogError, ProblemError, suggest
-from optimizer.perf.goodput import Reliability
 from optimizer.perf.specs import ModelSpec
 from optimizer.problem.enums import BudgetCovers, Objective
 from optimizer.problem.hf_config import is_hf_config, read_hf_config
+from optimizer.problem.limits import margins, power_caps
 from optimizer.problem.model import Demand, Problem, ServeWorkload, TrainWorkload, Workload
 from optimizer.problem.procurement import (
     apply_prices,
@@ -212,7 +212,7 @@ def problem_from_data(data: dict[str, Any], path: Path, catalog: Catalog, check_
         datacenter=spec.site.datacenter,
         allow_workstations=(spec.site.allow_workstations if spec.site.allow_workstations is not None
                             else not spec.site.datacenter),
-        **_power_caps(spec, pue),
+        **power_caps(spec, pue),
         electricity_usd_per_kwh=spec.site.electricity_usd_per_kwh or fac.electricity_usd_per_kwh.value,
         pue=pue,
         horizon_years=spec.cost.horizon_years or fac.amortisation_years.value,
@@ -224,39 +224,9 @@ def problem_from_data(data: dict[str, Any], path: Path, catalog: Catalog, check_
         solver=spec.solver,
         confidence=spec.confidence,
         oversubscription=spec.network.oversubscription,
-        **_margins(spec, catalog),
+        **margins(spec, catalog),
         **extra,
     )
-
-
-class _PowerCaps(TypedDict):
-    power_cap_w: float | None
-    facility_power_cap_w: float | None
-
-
-def _power_caps(spec: ProblemFile, pue: float) -> _PowerCaps:
-    """The IT power the site allows: ``site.power_cap_kw`` as given (IT power), or what
-    ``site.facility_power_cap_kw`` (at the wall) leaves at the site's PUE, the lower where both are
-    given; the facility cap is kept to state answers against it."""
-    it = spec.site.power_cap_kw * 1e3 if spec.site.power_cap_kw else None
-    wall = spec.site.facility_power_cap_kw * 1e3 if spec.site.facility_power_cap_kw else None
-    caps = [c for c in (it, wall / pue if wall else None) if c is not None]
-    return _PowerCaps(power_cap_w=min(caps) if caps else None, facility_power_cap_w=wall)
-
-
-class _Margins(TypedDict):
-    memory_headroom: float
-    reliability: Reliability
-
-
-def _margins(spec: ProblemFile, catalog: Catalog) -> _Margins:
-    """What a training plan allows for beyond the model: the memory headroom, and failures and
-    restarts (the problem's goodput section over the catalog's rate and recovery times)."""
-    g, hw = spec.goodput, spec.hardware
-    reliability = catalog.facility.reliability.reliability(g.interruptions_per_gpu_day, g.checkpoint_minutes,
-                                                           g.restart_minutes)
-    headroom = catalog.efficiency.memory_headroom if hw.memory_headroom is None else hw.memory_headroom
-    return _Margins(memory_headroom=headroom, reliability=reliability)
 
 
 def _check_objective(path: Path, spec: ProblemFile, serving: bool) -> None:
