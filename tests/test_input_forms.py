@@ -191,3 +191,7 @@ hardware: {allow_gpus: [h100-sx]}
     for words in ("'workload.tokens'", "'deadline_days'", "unknown id 'h100-sx'. Did you mean 'h100-sxm'?",
                   "unknown model 'llama2-7c'. Did you mean 'llama2-7b'?"):
         assert words in r.output, (words, r.output)
+    # with every other field right, the two unknown names still come together
+    fixed = text.replace("tokens: lots", "tokens: 1T").replace("deadline_days: -3", "deadline_days: 30")
+    r = _solve(tmp_path, fixed)
+    assert r.exit_code == 2 and "'h100-sx'" in r.output and "'llama2-7c'" in r.output, r.output

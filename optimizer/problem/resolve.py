@@ -185,6 +185,9 @@ def problem_from_data(data: dict[str, Any], path: Path, catalog: Catalog, check_
         spec: ProblemFile = validate(ProblemFile, data, path, ProblemError)
     except ProblemError as exc:  # report the unknown ids too, not only after the rest is fixed
         raise ProblemError("\n".join([str(exc), *_id_errors(data, path, catalog)])) from None
+    unknown = _id_errors(data, path, catalog)
+    if len(unknown) > 1:  # several unknown names: all at once (one alone is raised where it is used)
+        raise ProblemError("\n".join(unknown))
     if spec.workloads:
         return _several(data, spec, path, catalog)
     w = spec.workload
