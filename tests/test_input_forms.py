@@ -145,6 +145,20 @@ def test_explain_names_the_same_walls_as_solve(tmp_path):
     assert r.exit_code == 1 and [w.split()[1] for w in walls] == ["budget", "global", "GPU", "deadline"], r.output
     e = CliRunner().invoke(main, ["explain", str(tmp_path / "typed.yaml")])
     assert e.exit_code == 1 and "\n".join(walls) in e.output, e.output
+    # the records behind the lines: each wall starts where the one before it left the job, the
+    # days only fall, and lifting all of them reaches the deadline
+    from optimizer.catalog import load_catalog
+    from optimizer.problem import load_priced
+    from optimizer.recommend import deadline_walls, plan_table, repairs
+
+    problem, cat = load_priced(tmp_path / "typed.yaml", load_catalog())
+    late = next(r for r in repairs(problem, cat, plan_table(problem, cat), "ortools", 30) if r.limit == "deadline")
+    found = deadline_walls(problem, cat, "ortools", 30, late.needed / 86400)
+    assert [w.limit for w in found] == ["budget", "global_batch", "max_gpus", "deadline"]
+    assert found[0].days_before == pytest.approx(late.needed / 86400)
+    for a, b in zip(found[:2], found[1:3], strict=True):
+        assert a.days_after == pytest.approx(b.days_before) and a.days_after < a.days_before
+    assert found[2].days_after == pytest.approx(2.0) and found[0].field == "budget.usd"
 
 
 WALL = """\

@@ -11,7 +11,7 @@ from typing import TypedDict
 
 from optimizer.catalog import HOURS_PER_YEAR, Catalog, Gpu, Server
 from optimizer.perf.goodput import Reliability
-from optimizer.problem import Problem, TrainWorkload
+from optimizer.problem import Problem
 from optimizer.problem.enums import BudgetCovers, Role
 from optimizer.problem.procurement import Owned
 
@@ -227,8 +227,7 @@ def rent_hours(problem: Problem, term_hours: float, role: Role) -> float:
     horizon = problem.horizon_years * HOURS_PER_YEAR
     if term_hours == 0:
         return horizon if role is Role.SERVE else 0.0
-    w = problem.workload
-    deadline = w.deadline_s if isinstance(w, TrainWorkload) else None
+    deadline = problem.training.deadline_s if problem.training else None
     period = horizon if role is Role.SERVE else (deadline / 3600 if deadline else term_hours)
     return term_hours * max(1, math.ceil(period / term_hours - 1e-9))
 

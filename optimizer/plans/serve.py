@@ -40,9 +40,9 @@ def _math_supported(gpu: Gpu, precision: str) -> bool:
 
 def enumerate_serving(problem: Problem, catalog: Catalog) -> PlanTable:
     """Every replica type that fits and meets a class's latency limits; reasons for the rest."""
-    w = problem.workload
-    if not isinstance(w, ServeWorkload):
-        raise ProblemError(f"{problem.name}: enumerate_serving plans a serving workload, not {w.kind!r}")
+    w = problem.serving
+    if w is None:
+        raise ProblemError(f"{problem.name}: enumerate_serving plans a problem whose one workload serves")
     out: list[ServeCandidate] = []
     groups: dict[str, Group] = {}
     dropped: Counter[str] = Counter()

@@ -88,9 +88,9 @@ def enumerate_plans(problem: Problem, catalog: Catalog) -> PlanTable:
     """Every template that fits, with drop reasons for the rest, dominated ones pruned.
 
     At a planning confidence, every rate is the model's times the calibration quantile."""
-    w = problem.workload
-    if not isinstance(w, TrainWorkload):
-        raise ProblemError(f"{problem.name}: enumerate_plans plans a training workload, not {w.kind!r}")
+    w = problem.training
+    if w is None:
+        raise ProblemError(f"{problem.name}: enumerate_plans plans a problem whose one workload trains")
     reserved = catalog.efficiency.reserved_memory
     candidates: list[Candidate] = []
     groups: dict[str, Group] = {}
@@ -229,8 +229,7 @@ def _add_bands(problem: Problem, w: TrainWorkload, group: Group, links: tuple[Ha
     per_node = max(1, group.slots // mp)
     for band_lo, band_hi in _dp_bands(lo, hi, per_node, group.fabric is not None):
         worst = replace(plan, dp=band_hi * plan.ep)
-        servers = math.ceil(band_hi * mp / group.slots)
-        terms = train_terms(w.model, links[1] if group.spans_leaves(servers) else links[0], worst)
+        terms = _terms_at(w, links, group, plan, band_hi)
         # Communication grows with dp and the sharded optimizer step shrinks with it (∝ 1/dp under
         # ZeRO ≥ 1), so the slowest step anywhere in the band is at most step(dp_max) with
         # dp_min's optimizer step (which the straggler allowance scales too).
@@ -263,13 +262,18 @@ def _mfu(terms: TrainTerms, step: float, gpus: int) -> float:
     return float(terms.model_flops_per_token * terms.tokens_per_step) / gpus / step / float(terms.peak)
 
 
+def _terms_at(w: TrainWorkload, links: tuple[Hardware, Hardware], group: Group, plan: TrainPlan,
+              dp: int) -> TrainTerms:
+    """The plan's terms at ``dp`` (units of ep replicas), across leaves once its servers span them."""
+    servers = math.ceil(dp * plan.unit_gpus / group.slots)
+    return train_terms(w.model, links[1] if group.spans_leaves(servers) else links[0], replace(plan, dp=dp * plan.ep))
+
+
 def _at_dp(w: TrainWorkload, links: tuple[Hardware, Hardware], group: Group, plan: TrainPlan, dp: int,
            setup: Setup) -> tuple[TrainTerms, float, int]:
     """Terms, step time and GPUs of the plan at ``dp`` (its band's fastest end, for the MFU guard)."""
-    gpus = dp * plan.unit_gpus
-    terms = train_terms(w.model, links[1] if group.spans_leaves(math.ceil(gpus / group.slots)) else links[0],
-                        replace(plan, dp=dp * plan.ep))
-    return terms, float(step_time(terms, setup.params).total), gpus
+    terms = _terms_at(w, links, group, plan, dp)
+    return terms, float(step_time(terms, setup.params).total), dp * plan.unit_gpus
 
 
 def with_memory(c: Candidate, m: ModelSpec, reserved: float) -> Candidate:

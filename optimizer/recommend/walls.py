@@ -38,11 +38,6 @@ class Wall:
     days_after: float
     text: str
 
-    @property
-    def factor(self) -> float:
-        """How many times faster the job gets once this limit is lifted too."""
-        return self.days_before / self.days_after if self.days_after > 0 else math.inf
-
 
 def deadline_walls(problem: Problem, catalog: Catalog, backend: str, limit: float,
                    fastest_days: float | None) -> list[Wall]:

@@ -107,10 +107,9 @@ def _plan(rec: Recommendation, catalog: Catalog, cost: dict[str, Any], band: Ban
 def _problem_record(p: Problem) -> dict[str, Any]:
     """The problem as the report states it: what was asked, in days, kW and milliseconds. With
     several workloads, the per-workload figures are in the plan's ``workloads``."""
-    w = p.workloads[0]
+    w, job = p.workloads[0], p.training
     alone = len(p.workloads) == 1
-    job = w if alone and isinstance(w, TrainWorkload) else None
-    demands = w.demands if alone and isinstance(w, ServeWorkload) else ()
+    demands = p.serving.demands if p.serving else ()
     wall = {"facility_power_cap_kw": p.facility_power_cap_w / 1e3} if p.facility_power_cap_w else {}
     return {**wall, "name": p.name, "file": str(p.path), "kind": w.kind if alone else "multi", "objective": p.objective,
             "confidence": p.confidence,
