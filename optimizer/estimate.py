@@ -121,7 +121,7 @@ def _train_lines(out: dict[str, Any], default_stack: bool, extrapolated: tuple[s
         f"{out['model']} on {out['gpus']} x {out['gpu']} ({out['server']}{fabric}): {out['plan']}",
         _stack_line("training stack", out["stack"], default_stack, extrapolated),
         f"memory per GPU {out['memory_gb_per_gpu']:,.1f} of {out['memory_capacity_gb']:,.1f} GB usable "
-        f"({out['memory_total_gb']:,.0f} GB less {out['memory_headroom']:.0%} headroom; {verdict}): "
+        f"({out['memory_total_gb']:,.1f} GB less {out['memory_headroom']:.0%} headroom; {verdict}): "
         + ", ".join(f"{k} {v:,.1f}" for k, v in out["memory_breakdown_gb"].items()),
         f"step {out['step_time_s']:,.3f} s: " + ", ".join(f"{k} {v:,.3f}" for k, v in out["step_breakdown_s"].items()
                                                        if v),

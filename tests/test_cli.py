@@ -170,7 +170,7 @@ def test_serving_fits_only_within_the_engines_share_of_memory():
     args = ["estimate", "serve", "--model", "llama2-7b", "--gpu", "h100-sxm", "--gpus", "1", "--engine", "vllm",
             "--input-len", "512", "--output-len", "256", "--format", "json"]
     top = json.loads(CliRunner().invoke(main, args).output)
-    assert top["memory_capacity_gb"] == pytest.approx(0.9 * 80)
+    assert top["memory_capacity_gb"] == pytest.approx(0.9 * 80 * 2**30 / 1e9)  # 80 GiB
     at = json.loads(CliRunner().invoke(main, [*args, "--batch", str(top["max_batch"])]).output)
     over = json.loads(CliRunner().invoke(main, [*args, "--batch", str(top["max_batch"] + 1)]).output)
     assert at["fits"] and not over["fits"]

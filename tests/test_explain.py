@@ -54,7 +54,7 @@ def test_reasons_are_in_numbers(tmp_path, catalog):
     e = explain(_problem(tmp_path, catalog, text), catalog)
     reasons = {o.gpu: o.reason for o in e.options}
     assert reasons["rtx-4090"].startswith("licence")
-    assert "GB per GPU" in reasons["l4"] and "has 24 GB" in reasons["l4"]
+    assert "GB per GPU" in reasons["l4"] and "has 24.2 GB" in reasons["l4"]  # 24 GiB less 1/16 for ECC
 
 
 def test_relaxing_a_binding_budget_is_priced(tmp_path, catalog):

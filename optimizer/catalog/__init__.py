@@ -156,7 +156,7 @@ class Catalog:
         gpu = self.gpus[gpu_id]
         peaks = tuple((p, tflops * 1e12) for p in ("bf16", "fp16", "fp8", "fp4", "fp16_acc16")
                       if (tflops := gpu.tflops(p)))
-        return Device(gpu.id, gpu.memory_gb * GB, gpu.mem_bw_gbs * GB, peaks)
+        return Device(gpu.id, gpu.memory_bytes, gpu.mem_bw_gbs * GB, peaks)
 
     @overload
     def stack(self, kind: Literal["train", "training"], ident: str | None, gpu_id: str) -> TrainStack: ...
@@ -230,7 +230,7 @@ class Catalog:
         """What a serving engine sets in a replica's plan (ServePlan fields)."""
         e = self.stack("serving", engine, gpu_id)
         return {"memory_fraction": e.memory_fraction, "kv_fraction": e.kv_fraction,
-                "max_seqs": e.seq_cap(self.gpus[gpu_id].memory_gb * GB, self.gpus[gpu_id].family),
+                "max_seqs": e.seq_cap(self.gpus[gpu_id].memory_bytes, self.gpus[gpu_id].family),
                 "reserved_memory": self.efficiency.reserved_memory, "fp16_accumulate": e.fp16_accumulate,
                 "prefill_ubatch": e.prefill_ubatch, "prefill_dequant": e.prefill_dequant,
                 "kv_on_demand": e.kv_on_demand}

@@ -15,6 +15,9 @@ from optimizer.perf.specs import ModelSpec
 
 SCHEMA_VERSION = 1
 GB = 1e9
+# GPU memory is sold in binary gigabytes: "80 GB" is 80 GiB (nvidia-smi shows 81,920 MiB on an A100
+# 80GB and 81,559 MiB on an H100 80GB, 85.5-85.9e9 bytes; modal-labs/modal-client PR #2797)
+GIB = 2.0**30
 HOURS_PER_YEAR = 8766.0  # 365.25 days
 
 
@@ -41,8 +44,8 @@ GpuFamily = Literal["volta", "turing", "ampere", "ampere-ga10x", "ada", "hopper"
                     "cdna2", "cdna3", "cdna4", "gaudi2", "gaudi3"]
 GPU_FAMILIES: tuple[str, ...] = get_args(GpuFamily)
 # The numeric specs of a GPU entry; each one present needs a source in the entry's ``specs`` map.
-SPEC_FIELDS = ("memory_gb", "mem_bw_gbs", "bf16_tflops", "fp16_tflops", "fp16_acc16_tflops", "fp8_tflops",
-               "fp4_tflops", "link_bw_gbs", "tdp_w")
+SPEC_FIELDS = ("memory_gb", "ecc_reserved", "mem_bw_gbs", "bf16_tflops", "fp16_tflops", "fp16_acc16_tflops",
+               "fp8_tflops", "fp4_tflops", "link_bw_gbs", "tdp_w")
 
 
 class SpecSource(Record):
@@ -66,7 +69,10 @@ class Gpu(Record):
     vendor: str
     family: GpuFamily  # the microarchitecture the performance model's efficiencies are keyed by
     form_factor: Literal["sxm", "oam", "pcie", "workstation", "consumer"]
-    memory_gb: float = Field(gt=0, le=4096)
+    memory_gb: float = Field(gt=0, le=4096)  # as the vendor states it: binary gigabytes (GiB)
+    # share of the memory a GDDR card holds back for ECC when ECC is on, as data-centre cards ship
+    # (nvidia-smi shows 23,028 of 24,576 MiB on an A10 and 46,068 of 49,152 on an L40S: 1/16)
+    ecc_reserved: float | None = Field(default=None, ge=0, le=0.25)
     mem_bw_gbs: float = Field(gt=0, le=100_000)
     bf16_tflops: float | None = Field(default=None, gt=0, le=100_000)
     fp16_tflops: float | None = Field(default=None, gt=0, le=100_000)
@@ -92,6 +98,11 @@ class Gpu(Record):
         if not (self.bf16_tflops or self.fp16_tflops or self.fp8_tflops):
             raise ValueError("needs at least one of bf16_tflops, fp16_tflops, fp8_tflops")
         return self
+
+    @property
+    def memory_bytes(self) -> float:
+        """Memory a program can use, in bytes: the stated GiB less what ECC holds back."""
+        return self.memory_gb * GIB * (1.0 - (self.ecc_reserved or 0.0))
 
     def tflops(self, precision: str) -> float | None:
         return getattr(self, f"{precision}_tflops", None)

@@ -117,7 +117,7 @@ def _candidate(problem: Problem, m: ModelSpec, catalog: Catalog, group: Group, h
         dropped["memory"] += 1
         need = serve(m, hw, replace(plan, batch=1), eff).memory_per_gpu / 1e9
         _note(best_miss, "memory", need, f"memory: needs {need:,.1f} GB per GPU for one {d.name} sequence at "
-              f"TP={tp} PP={pp} {precision}; has {catalog.gpus[gpu_id].memory_gb:g} GB")
+              f"TP={tp} PP={pp} {precision}; has {catalog.gpus[gpu_id].memory_bytes / 1e9:,.1f} GB")
         return None
     batch = batch_at_slo(m, hw, plan, eff, d.tpot_s and d.tpot_s * factor, d.ttft_s and d.ttft_s * factor)
     if batch < 1:

@@ -139,8 +139,9 @@ def enumerate_plans(problem: Problem, catalog: Catalog) -> PlanTable:
 
 def _memory_reason(gpu: Gpu, best: tuple[float, str] | None, counts: Counter[str], headroom: float) -> str:
     if best is not None:
-        usable = f" ({gpu.memory_gb * (1 - headroom):,.1f} usable at {headroom:.0%} headroom)" if headroom else ""
-        return (f"memory: needs {best[0]:,.1f} GB per GPU even at {best[1]}; has {gpu.memory_gb:,.0f} GB{usable}")
+        has = gpu.memory_bytes / 1e9
+        usable = f" ({has * (1 - headroom):,.1f} usable at {headroom:.0%} headroom)" if headroom else ""
+        return f"memory: needs {best[0]:,.1f} GB per GPU even at {best[1]}; has {has:,.1f} GB{usable}"
     if counts:
         return "no plan: " + ", ".join(f"{k} ({v})" for k, v in counts.most_common())
     return "no plan in the search grid"

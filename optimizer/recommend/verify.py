@@ -88,7 +88,7 @@ def train_checks(problem: Problem, w: TrainWorkload, catalog: Catalog, table: Pl
     checks = [
         Check(what="memory", ok=result.fits, measured=result.memory.total, limit=result.memory_capacity,
               text=f"memory {result.memory.total / 1e9:,.1f} GB per GPU ≤ {result.memory_capacity / 1e9:,.1f} GB "
-                   f"usable of {result.memory_total / 1e9:,.0f} ({problem.memory_headroom:.0%} headroom)"),
+                   f"usable of {result.memory_total / 1e9:,.1f} ({problem.memory_headroom:.0%} headroom)"),
         at_least("throughput", planned, solver_rate,
                  f"throughput at dp={dp}: {result.tokens_per_s:,.0f}{at} ≥ the solver's {solver_rate:,.0f} tokens/s"),
         Check(what="global_batch", ok=w.min_global_batch <= gb <= w.max_global_batch, measured=gb,

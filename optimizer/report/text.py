@@ -129,7 +129,7 @@ def _training_text(s: dict[str, Any], h) -> list[str]:
         f"{', sequence parallel' if plan['sequence_parallel'] else ''}, {plan['precision']}.",
         *([network_line(plan["network"])] if plan.get("network") else []),
         f"Memory per GPU {plan['memory_gb_per_gpu']:,.1f} of {plan['memory_usable_gb_per_gpu']:,.1f} GB usable "
-        f"({plan['memory_total_gb_per_gpu']:,.0f} GB less {plan['memory_headroom']:.0%} headroom): "
+        f"({plan['memory_total_gb_per_gpu']:,.1f} GB less {plan['memory_headroom']:.0%} headroom): "
         + ", ".join(f"{k} {v:,.1f}" for k, v in plan["memory_breakdown_gb"].items()) + ".",
         f"Step time {plan['step_time_s']:,.3f} s: "
         + ", ".join(f"{k} {v:,.3f}" for k, v in plan["step_breakdown_s"].items() if v > 0) + ".",

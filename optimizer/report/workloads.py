@@ -29,7 +29,7 @@ def predicted_capacity(replicas: list[dict[str, Any]], name: str) -> float:
 def memory_text(r: dict[str, Any]) -> str:
     """Used / usable / total memory per GPU of a serving replica (usable: the engine's share)."""
     return (f"memory {r['memory_gb_per_gpu']:,.1f} of {r['memory_usable_gb_per_gpu']:,.1f} GB usable per GPU "
-            f"({r['memory_total_gb_per_gpu']:,.0f} GB)")
+            f"({r['memory_total_gb_per_gpu']:,.1f} GB)")
 
 def _train_entry(rec: Recommendation, catalog: Catalog, w: TrainWorkload, result: TrainResult) -> dict[str, Any]:
     """A training workload's hardware, plan, speed and memory (used / usable / total per GPU)."""
