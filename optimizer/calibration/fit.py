@@ -122,28 +122,40 @@ class Layout:
         return out
 
     def _stack_slots(self, name: str, p: Parameter, eff: Efficiency, contexts, uses, rows_of, default: int):
+        """A value per stack (and, for a kernel efficiency, per stack on a GPU family: ``Efficiency
+        .stack_keys``) that at least ``MIN_ROWS`` rows read, itself or through a more specific
+        value shrunk toward it."""
         kind: Literal["training", "serving"] = "training" if self.kind == "training" else "serving"
-        counts: dict[str, set[int]] = {}
-        for i, (_, _, stack) in enumerate(contexts):
-            if uses[i]:
-                for s in eff.chain(kind, stack):
-                    counts.setdefault(s, set()).add(rows_of[i])
-        keys = {k for k, rows in counts.items() if len(rows) >= MIN_ROWS}
+        per_family = "stack@family" in p.by
+        candidates = [eff.stack_keys(kind, stack, family, per_family) if uses[i] else []
+                      for i, (family, _, stack) in enumerate(contexts)]
+        keys = {k for cs in candidates for k in cs}
+        while True:  # drop the values too few rows read until every one left has enough
+            parent = {k: next((g for g in _more_general(eff, kind, k) if g in keys), None) for k in keys}
+            readers: dict[str, set[int]] = {k: set() for k in keys}
+            for i, cs in enumerate(candidates):
+                key = next((c for c in cs if c in keys), None)
+                while key is not None:
+                    readers[key].add(rows_of[i])
+                    key = parent[key]
+            # too few rows, or (a value per family) no rows beyond those of one more specific value
+            weak = {k for k in keys if len(readers[k]) < MIN_ROWS
+                    or "@" in k and any(parent[c] == k and readers[c] == readers[k] for c in keys)}
+            if not weak:
+                break
+            keys -= weak
         slot_of: dict[str, int] = {}
-        for key in sorted(keys, key=lambda k: (len(eff.chain(kind, k)), k), reverse=False):
-            chain = eff.chain(kind, key)
-            parent = next((slot_of[c] for c in chain[1:] if c in slot_of), -1)
+        for key in sorted(keys, key=lambda k: (len(_more_general(eff, kind, k)), k)):
+            up = slot_of[up_key] if (up_key := parent[key]) else -1
             if p.multiply:
-                slot = Slot(name, f"stack:{key}", 1.0, 0.2, 1.5, parent, 0.0, 1.0, True)
+                slot = Slot(name, f"stack:{key}", 1.0, 0.2, 1.5, up, 0.0, 1.0, True)
             else:
                 lo, hi = p.range
-                slot = Slot(name, f"stack:{key}", _prior(p), lo, hi,
-                            parent if parent >= 0 else default, 0.0, (hi - lo) or 1.0, False)
+                slot = Slot(name, f"stack:{key}", _prior(p), lo, hi, up if up >= 0 else default, 0.0,
+                            (hi - lo) or 1.0, False)
             slot_of[key] = self._add(slot)
-        st = np.full(len(contexts), -1)
-        for i, (_, _, stack) in enumerate(contexts):
-            st[i] = next((slot_of[s] for s in eff.chain(kind, stack) if s in slot_of), -1)
-        return st
+        return np.array([next((slot_of[k] for k in eff.stack_keys(kind, stack, family, per_family) if k in slot_of), -1)
+                         for family, _, stack in contexts])
 
     def start(self) -> np.ndarray:
         return np.array([min(max(s.start, s.lo), s.hi) for s in self.slots])
@@ -176,6 +188,14 @@ class Layout:
             else:
                 res.append(math.sqrt(SHRINK) * (x[i] - x[s.parent]) / s.width)
         return np.array(res)
+
+
+def _more_general(eff: Efficiency, kind: Literal["training", "serving"], key: str) -> list[str]:
+    """The keys a stack value falls back to, nearest first: ``trtllm@blackwell`` → ``trtllm@hopper``
+    (the family it is like) → ``trtllm`` → the stack ``trtllm`` is like, and so on."""
+    stack, _, family = key.partition("@")
+    on_family = [f"{stack}@{f}" for f in eff.family_chain(family)[1:]] if family else []
+    return on_family + eff.chain(kind, stack)[0 if family else 1:]
 
 
 def _prior(p: Parameter) -> float:
