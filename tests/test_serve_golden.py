@@ -18,7 +18,7 @@ from optimizer.perf.specs import Device, Hardware, Link, ModelSpec
 # Llama-2-70B's shape with the ffn width that makes the seed's "70 B" exact enough (70.0 B)
 SEED_70B = ModelSpec("seed-70b", 80, 8192, 64, 8, 29_192, 32_000, 4096, "swiglu")
 # the seed's assumptions: 100 % of peak and bandwidth, nothing outside the kernels
-SEED = ServeParams(gemm=1.0, gemm_half_width=0.0, decode_gemm=1.0, attention=1.0, mem_bw=1.0, kv_bw=1.0,
+SEED = ServeParams(gemm=1.0, gemm_half_width=0.0, attention=1.0, mem_bw=1.0, kv_bw=1.0,
                    step_overhead=0.0, seq_overhead=0.0, allreduce_latency=1.0, tp_overlap=0.0)
 
 
@@ -114,8 +114,9 @@ def test_seed_tokens_per_dollar():
 def test_models_own_prediction_for_the_two_machines(catalog):
     """The model with catalog data: dense peaks, real efficiencies, KV-limited batches, GQA, on the
     engine with the most calibration rows (TensorRT-LLM), as the seed compares hardware, not engines.
-    Below the seed's 100 %-bandwidth figures: weights stream at the fitted fraction of the peak and
-    each token waits for 160 TP all-reduces (TensorRT-LLM 0.14 measures 18-21 ms per token for
+    Below the seed's 100 %-bandwidth figures: weights stream at the fitted fraction of the peak
+    (TensorRT-LLM on Ada: about 80 %, from 98 rows of 2 sources) and each token waits for 160 TP
+    all-reduces (over PCIe without peer-to-peer on the 4090s) (TensorRT-LLM 0.14 measures 18-21 ms per token for
     Llama-3.1-70B on 4 x H100 at 2 requests/s, calibration/serving_runs_3.csv trt014srv-001/013)."""
     m = catalog.models["llama2-70b"].spec()
     h100 = catalog.hardware("h100-sxm", "hgx-hopper-8", None)
@@ -123,7 +124,7 @@ def test_models_own_prediction_for_the_two_machines(catalog):
     p4090 = catalog.serve_params("rtx-4090", "fp16", "trtllm")
     ph100 = catalog.serve_params("h100-sxm", "fp16", "trtllm")
     b1 = ServePlan(tp=8, input_len=128, output_len=128, batch=1)
-    assert 30 < 1 / serve(m, r4090, b1, p4090).tpot < 45  # seed: ≈ 45 at 100 % bandwidth
+    assert 25 < 1 / serve(m, r4090, b1, p4090).tpot < 45  # seed: ≈ 45 at 100 % bandwidth
     # seed: ≈ 119; faster than the 18 ms per token TensorRT-LLM 0.14 measured on half the GPUs
     assert 1 / 0.018 < 1 / serve(m, h100, b1, ph100).tpot < 119
     pp = ServePlan(tp=1, pp=8, input_len=128, output_len=128, batch=1)

@@ -44,9 +44,8 @@ class TrainParams:
 class ServeParams:
     """Efficiency of an inference engine (``optimizer.perf.serve``)."""
 
-    gemm: Num = 0.6  # prefill GEMMs, fraction of the dense peak of the math precision
-    gemm_half_width: Num = 128.0  # a prefill GEMM whose narrowest side is this wide runs at half that
-    decode_gemm: Num = 0.5  # decode GEMMs (few rows per weight matrix), fraction of the same peak
+    gemm: Num = 0.6  # large GEMMs (prefill, decode at large batch), fraction of the dense peak of the math precision
+    gemm_half_width: Num = 128.0  # a GEMM whose narrowest side is this wide runs at half that
     attention: Num = 0.45  # prefill attention kernels, fraction of the 16-bit dense peak
     mem_bw: Num = 0.85  # streaming weights, fraction of memory bandwidth
     kv_bw: Num = 0.75  # reading the paged KV cache, fraction of memory bandwidth
