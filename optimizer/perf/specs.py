@@ -8,12 +8,23 @@ TFLOPS) are converted once, in ``optimizer.catalog``.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal, get_args
+from typing import Literal, TypeVar, get_args
 
 Recompute = Literal["none", "selective", "full"]  # activation recomputation (Korthikanti et al. 2022)
 Precision = Literal["bf16", "fp16", "fp8", "fp4"]  # the tensor-core math a training plan runs in
 RECOMPUTE_MODES: tuple[Recompute, ...] = get_args(Recompute)
 PRECISIONS: tuple[Precision, ...] = get_args(Precision)
+R = TypeVar("R")
+
+
+def evolve(record: R, **changes: object) -> R:
+    """``dataclasses.replace`` for the hot path of plan enumeration (hundreds of thousands of plans
+    and terms): a copy with ``changes``, without re-running ``__init__``. Only for frozen records
+    with no ``__post_init__`` (TrainPlan, TrainTerms): nothing is validated or derived on the way."""
+    new = object.__new__(type(record))
+    new.__dict__.update(record.__dict__)
+    new.__dict__.update(changes)
+    return new
 
 
 def as_precision(text: str) -> Precision:

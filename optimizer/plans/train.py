@@ -17,7 +17,7 @@ from optimizer.errors import ProblemError
 from optimizer.perf.goodput import goodput
 from optimizer.perf.memory import training_memory
 from optimizer.perf.params import TrainParams
-from optimizer.perf.specs import Hardware, ModelSpec, TrainPlan
+from optimizer.perf.specs import Hardware, ModelSpec, TrainPlan, evolve
 from optimizer.perf.train import TrainTerms, step_time, train_terms
 from optimizer.plans.groups import (
     Group,
@@ -37,7 +37,7 @@ NODE_BANDS = (2, 8, 32, 128, 512, 2048, 8192, 32768)
 def _min_dp_that_fits(m: ModelSpec, plan: TrainPlan, capacity: float, reserved: float, dp_cap: int) -> int | None:
     """Smallest dp (in units of ep replicas) whose memory fits (it falls with dp under ZeRO), or None."""
     def fits(dp: int) -> bool:
-        return training_memory(m, replace(plan, dp=dp * plan.ep), reserved).total <= capacity
+        return training_memory(m, evolve(plan, dp=dp * plan.ep), reserved).total <= capacity
     if plan.zero == 0 or dp_cap <= 1:
         return 1 if fits(1) else None
     if not fits(dp_cap):
@@ -66,7 +66,7 @@ def _dp_range(problem: Problem, w: TrainWorkload, group: Group, mp: int, seqs: i
 
 def _fits(m: ModelSpec, plan: TrainPlan, capacity: float, reserved: float, dp: int) -> bool:
     """Interleaving keeps more micro-batches in flight: recheck memory at the smallest dp."""
-    return training_memory(m, replace(plan, dp=dp), reserved).total <= capacity
+    return training_memory(m, evolve(plan, dp=dp), reserved).total <= capacity
 
 
 def _dp_bands(lo: int, hi: int, per_node: int, multi_node: bool) -> list[tuple[int, int]]:
@@ -209,7 +209,7 @@ def _group_candidates(problem: Problem, w: TrainWorkload, group: Group, hw: Hard
                             for v in search.virtual_stages:
                                 if v > 1 and (pp == 1 or pp * v > m.layers):
                                     continue  # interleaving needs PP and a layer per chunk (uneven is fine)
-                                plan = replace(base, num_micro_batches=per_stage * pp, virtual_stages=v)
+                                plan = evolve(base, num_micro_batches=per_stage * pp, virtual_stages=v)
                                 if v > 1 and not _fits(m, plan, capacity, setup.reserved, dp_fit):
                                     continue
                                 _add_bands(problem, w, group, links, setup, plan, dp_fit, out, reasons, factor)
@@ -229,12 +229,12 @@ def _add_bands(problem: Problem, w: TrainWorkload, group: Group, links: tuple[Ha
     lo, hi = span
     per_node = max(1, group.slots // mp)
     for band_lo, band_hi in _dp_bands(lo, hi, per_node, group.fabric is not None):
-        worst = replace(plan, dp=band_hi * plan.ep)
+        worst = evolve(plan, dp=band_hi * plan.ep)
         terms = _terms_at(w, links, group, plan, band_hi)
         # Communication grows with dp and the sharded optimizer step shrinks with it (∝ 1/dp under
         # ZeRO ≥ 1), so the slowest step anywhere in the band is at most step(dp_max) with
         # dp_min's optimizer step (which the straggler allowance scales too).
-        parts = step_time(replace(terms, optimizer_bytes=terms.optimizer_bytes * band_hi / band_lo)
+        parts = step_time(evolve(terms, optimizer_bytes=terms.optimizer_bytes * band_hi / band_lo)
                           if plan.zero >= 1 else terms, setup.params)
         step = float(parts.total)
         # the band's fastest end (least dp) runs at a higher MFU: checked exactly where the work no
@@ -267,7 +267,7 @@ def _terms_at(w: TrainWorkload, links: tuple[Hardware, Hardware], group: Group, 
               dp: int) -> TrainTerms:
     """The plan's terms at ``dp`` (units of ep replicas), across leaves once its servers span them."""
     servers = math.ceil(dp * plan.unit_gpus / group.slots)
-    return train_terms(w.model, links[1] if group.spans_leaves(servers) else links[0], replace(plan, dp=dp * plan.ep))
+    return train_terms(w.model, links[1] if group.spans_leaves(servers) else links[0], evolve(plan, dp=dp * plan.ep))
 
 
 def _at_dp(w: TrainWorkload, links: tuple[Hardware, Hardware], group: Group, plan: TrainPlan, dp: int,
