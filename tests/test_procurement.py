@@ -12,6 +12,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from optimizer.catalog import with_used_prices
 from optimizer.cli import main
 from optimizer.errors import InfeasibleError, ProblemError
 from optimizer.milp import group_costs, least_purchases
@@ -504,3 +505,33 @@ def test_a_capacity_block_caps_the_cluster_and_a_minimum_size_holds(catalog):
     g = rec.table.groups[rec.solution.candidate.group]
     assert g.rent_hours == pytest.approx(8766 / 12)  # a month's block covers the 10-day deadline
     assert all(c.dp_min * c.gpus_per_replica >= offer.min_gpus for c in rec.table.candidates)
+
+
+def test_used_hardware_is_bought_at_used_prices_only_where_the_problem_allows_it(tiny_problem, catalog):
+    """A GPU's used-market price (catalogs/gpus.yaml used_price, sourced and dated) is what a problem
+    with hardware.allow_used: true pays, marked used in the bill of materials, the prices and the
+    assumptions; without the flag the new price stands, and where used costs no less, new is bought."""
+    text = tiny_problem.read_text().replace("[a100-sxm-80gb, l40s]", "[rtx-a6000]")
+    runner = CliRunner()
+    tiny_problem.write_text(text)
+    new = json.loads(runner.invoke(main, ["solve", str(tiny_problem), "--format", "json"]).output)
+    tiny_problem.write_text(text.replace("max_gpus: 64}", "max_gpus: 64, allow_used: true}"))
+    used = json.loads(runner.invoke(main, ["solve", str(tiny_problem), "--format", "json"]).output)
+    a6000 = catalog.gpus["rtx-a6000"]
+    assert a6000.used_price is not None and a6000.used_price.usd < a6000.price.usd
+    rows = {"new": new, "used": used}
+    gpu_row = {k: next(r for r in v["bom"] if r["category"] == "gpu") for k, v in rows.items()}
+    assert gpu_row["new"]["unit_price_usd"] == a6000.price.usd and "(used)" not in gpu_row["new"]["description"]
+    assert gpu_row["used"]["unit_price_usd"] == a6000.used_price.usd
+    assert gpu_row["used"]["description"].endswith("(used)")
+    price = {k: next(r for r in v["prices_used"] if r["id"] == "rtx-a6000") for k, v in rows.items()}
+    assert price["new"]["condition"] == "new" and price["used"]["condition"] == "used"
+    assert price["used"]["date"] == a6000.used_price.date and price["used"]["source"] == a6000.used_price.source
+    assert any("rtx-a6000 bought used" in a for a in used["assumptions"])
+    assert not any("bought used" in a for a in new["assumptions"])
+    assert used["cost"]["capex_usd"] < new["cost"]["capex_usd"]
+    priced = with_used_prices(catalog)
+    l40s = catalog.gpus["l40s"]
+    assert l40s.used_price is not None and l40s.used_price.usd >= l40s.price.usd
+    assert priced.gpus["l40s"].price == l40s.price  # no saving: bought new
+    assert priced.gpus["rtx-a6000"].price.condition == "used"

@@ -22,7 +22,7 @@ from optimizer.catalog.files import (  # the file schemas
     ServerFile,
     UncertaintyFile,
 )
-from optimizer.catalog.prices import PRICED, PricedEntry, priced_item, with_price
+from optimizer.catalog.prices import PRICED, PricedEntry, priced_item, with_price, with_used_prices
 from optimizer.catalog.records import (  # re-exported: the records are part of the catalog's surface
     AT_BATCH,
     AT_MAX_LOAD,
@@ -78,6 +78,7 @@ __all__ = [
     "priced_item", "Pue", "QUANTILES", "RackFacts", "Record", "Region", "RegionFile", "SCHEMA_VERSION", "Server",
     "ServerFile", "ServeTraits", "Sourced", "SPEC_FIELDS", "SpecSource", "Switch", "TrainTraits", "UncertaintyFile",
     "with_price",
+    "with_used_prices",
 ]
 
 

@@ -26,6 +26,14 @@ def priced_item(cat: Catalog, item_id: str) -> tuple[str, PricedEntry]:
                        f"{suggest(item_id, ids)} To fix: use an id from 'gpuopt catalog list'.")
 
 
+def with_used_prices(cat: Catalog) -> Catalog:
+    """The catalog with every GPU whose used-market price is below its new one priced at it, marked
+    used: what a problem that allows used hardware buys from (at no saving, new is bought)."""
+    gpus = {gid: g.model_copy(update={"price": g.used_price.model_copy(update={"condition": "used"})})
+            if g.used_price is not None and g.used_price.usd < g.price.usd else g for gid, g in cat.gpus.items()}
+    return replace(cat, gpus=gpus)
+
+
 def with_price(cat: Catalog, item_id: str, usd: float, note: str, date: str | None = None) -> Catalog:
     """The catalog with one entry's price replaced (a quote, a discount or a what-if scenario);
     ``note`` says where the new figure comes from and is kept as its source."""

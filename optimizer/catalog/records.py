@@ -15,9 +15,7 @@ from optimizer.perf.specs import ModelSpec
 
 SCHEMA_VERSION = 1
 GB = 1e9
-# GPU memory is sold in binary gigabytes: "80 GB" is 80 GiB (nvidia-smi shows 81,920 MiB on an A100
-# 80GB and 81,559 MiB on an H100 80GB, 85.5-85.9e9 bytes; modal-labs/modal-client PR #2797)
-GIB = 2.0**30
+GIB = 2.0**30  # GPU memory is sold in GiB: nvidia-smi shows an H100 80GB's as 81,559 MiB (gpus.yaml)
 HOURS_PER_YEAR = 8766.0  # 365.25 days
 
 
@@ -31,6 +29,7 @@ class Price(Record):
     source: str
     assumption: bool = False
     override: bool = False  # set by a price book or --price, not read from a catalog file
+    condition: Literal["new", "used"] = "new"  # used: a second-hand or refurbished unit's market price
 
 
 class Sourced(Record):
@@ -88,7 +87,10 @@ class Gpu(Record):
     tdp_w: float = Field(gt=0, le=10_000)
     datacenter_license: bool
     purchasable: bool = True  # False: kept for calibration; offered only when a problem lists it in allow_gpus
-    price: Price
+    price: Price  # new
+    # second-hand or refurbished (eBay sales, resellers' refurbished stock), bought only where a
+    # problem sets hardware.allow_used: true
+    used_price: Price | None = None
     specs: dict[str, str]  # numeric spec (memory_gb, bf16_tflops, ...) -> key of the file's spec_sources
     source: str
     note: str | None = None

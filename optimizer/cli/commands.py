@@ -197,14 +197,16 @@ def catalog_list(kind: str, fmt: str, catalog_dir: Path | None) -> None:
         click.echo(json.dumps([e.model_dump(mode="json") for e in table.values()], indent=2))
         return
     if kind == "gpus":
-        click.echo(f"{'id':<16} {'memory':>7} {'bw GB/s':>8} {'bf16':>7} {'fp8':>7} {'TDP W':>6} {'price':>9}  "
-                   "dc-licence  link")
+        click.echo(f"{'id':<16} {'memory':>7} {'bw GB/s':>8} {'bf16':>7} {'fp8':>7} {'TDP W':>6} {'new $':>9} "
+                   f"{'used $':>9}  dc-licence  link")
         for g in table.values():
             bf16 = g.bf16_tflops or g.fp16_tflops or 0
-            click.echo(f"{g.id:<16} {g.memory_gb:>5g}GB {g.mem_bw_gbs:>8g} {bf16:>7g} {g.fp8_tflops or 0:>7g} "
-                       f"{g.tdp_w:>6g} {g.price.usd:>9,.0f}  {'yes' if g.datacenter_license else 'no':<10}  "
+            used = f"{g.used_price.usd:>9,.0f}" if g.used_price else f"{'-':>9}"
+            click.echo(f"{g.id:<16} {g.memory_gb:>4g}GiB {g.mem_bw_gbs:>8g} {bf16:>7g} {g.fp8_tflops or 0:>7g} "
+                       f"{g.tdp_w:>6g} {g.price.usd:>9,.0f} {used}  {'yes' if g.datacenter_license else 'no':<10}  "
                        f"{g.link} {g.link_bw_gbs:g} GB/s")
-        click.echo(f"(dense TFLOPS; prices as of {cat.prices_as_of}; see 'gpuopt catalog show ID' for sources)")
+        click.echo(f"(dense TFLOPS; prices as of {cat.prices_as_of}, used ones bought only where a problem sets "
+                   "hardware.allow_used; see 'gpuopt catalog show ID' for sources)")
     elif kind == "offers":
         click.echo(f"{'id':<20} {'gpu':<15} {'$/GPU-h':>8} {'term':<10} {'date':<11} provider")
         for o in table.values():

@@ -126,6 +126,7 @@ class Problem:
     offers: tuple[str, ...] = ()  # cloud offers that may be rented
     max_units: tuple[tuple[str, int], ...] = ()  # (GPU or server id, most units bought)
     allow_workstations: bool = True  # towers, desktops and consumer rigs may be chosen (not in a data centre)
+    allow_used: bool = False  # GPUs bought at their used-market price where the catalog has one
     maintenance_per_year: float = 0.0
     colocation_usd_per_kw_month: float = 0.0
     installation_usd_per_server: float = 0.0

@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from optimizer.catalog import AT_BATCH, AT_MAX_LOAD, Catalog, gpu_names
+from optimizer.catalog import AT_BATCH, AT_MAX_LOAD, Catalog, gpu_names, with_used_prices
 from optimizer.catalog.stacks import Kind
 from optimizer.errors import CatalogError, ProblemError, suggest
 from optimizer.perf.specs import ModelSpec
@@ -162,15 +162,17 @@ def load_priced(path: Path | str, catalog: Catalog, cli_prices: tuple[str, ...] 
 
 
 def with_prices(problem: Problem, catalog: Catalog, cli_prices: tuple[str, ...] = ()) -> Problem:
-    """The problem carrying the catalog at its prices: the problem file's price book, then any
-    ``--price ID=VALUE`` from the command line (which wins). The problem keeps the list, so the
-    output can say which prices it used."""
+    """The problem carrying the catalog at its prices: used-market GPU prices where the problem
+    allows used hardware, then the problem file's price book, then any ``--price ID=VALUE`` from
+    the command line (which wins). The problem keeps the list, so the output can say which prices
+    it used."""
     book = {p.item: p for p in problem.prices}
     for spec in cli_prices:
         override = parse_cli_price(spec, catalog)
         book[override.item] = override
     prices = tuple(book[k] for k in sorted(book))
-    return replace(problem, prices=prices, catalog=apply_prices(catalog, prices))
+    base = with_used_prices(catalog) if problem.allow_used else catalog
+    return replace(problem, prices=prices, catalog=apply_prices(base, prices))
 
 
 def problem_from_data(data: dict[str, Any], path: Path, catalog: Catalog, check_grid: bool = True) -> Problem:
@@ -215,6 +217,7 @@ def problem_from_data(data: dict[str, Any], path: Path, catalog: Catalog, check_
         datacenter=spec.site.datacenter,
         allow_workstations=(spec.site.allow_workstations if spec.site.allow_workstations is not None
                             else not spec.site.datacenter),
+        allow_used=hw.allow_used,
         **power_caps(spec, pue),
         electricity_usd_per_kwh=spec.site.electricity_usd_per_kwh or fac.electricity_usd_per_kwh.value,
         pue=pue,

@@ -181,6 +181,7 @@ class HardwareChoice(Strict):
     allow_vendors: tuple[str, ...] | None = None
     exclude_vendors: tuple[str, ...] = ()
     max_units: dict[str, int] = {}  # GPU or server id -> most units that can be bought
+    allow_used: bool = False  # buy GPUs at their used-market price where the catalog has one
     # share of each GPU's memory no training plan uses (allocator fragmentation); None: the catalog's
     memory_headroom: float | None = Field(default=None, ge=0, lt=0.9)
 

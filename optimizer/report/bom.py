@@ -91,7 +91,8 @@ def _server_rows(p: Problem, catalog: Catalog, g: Group, bought: GroupCount) -> 
     if bought.owned_gpus:
         rows.append(BomRow("owned", gpu.id, gpu.name + owned, bought.owned_gpus, 0.0, gpu.tdp_w, "inventory"))
     if bought.gpus > bought.owned_gpus:
-        rows.append(BomRow("gpu", gpu.id, gpu.name, bought.gpus - bought.owned_gpus, gpu.price.usd, gpu.tdp_w,
+        name = gpu.name + (" (used)" if gpu.price.condition == "used" else "")
+        rows.append(BomRow("gpu", gpu.id, name, bought.gpus - bought.owned_gpus, gpu.price.usd, gpu.tdp_w,
                            _src(gpu.price)))
     platform = server.name + " (platform, without GPUs)"
     if bought.owned_servers:
@@ -171,6 +172,9 @@ def assumptions_used(rec: Recommendation, catalog: Catalog) -> list[str]:
         if not g.rented:  # a rental's price is the offer's, sourced
             out += [f"{what} price ${price.usd:,.0f}: {price.source}"
                     for what, price in ((gpu.id, gpu.price), (server.id, server.price)) if price.assumption]
+            if gpu.price.condition == "used" and bought.gpus > bought.owned_gpus:
+                out.append(f"{gpu.id} bought used: performance, power and maintenance as new; no warranty "
+                           "assumed, and a used unit's remaining life is not priced")
         link = catalog.links[gpu.link]
         if link.assumption and bought.gpus > 1:
             out.append(f"{link.id} link efficiency {link.efficiency:.0%} and latency {link.latency_us:g} us: "

@@ -51,7 +51,7 @@ def cost_terms(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
 
 def _price_row(kind: str, ident: str, price: Price, unit: str = "") -> dict[str, Any]:
     return {"kind": kind, "id": ident, "usd": price.usd, "unit": unit, "date": price.date, "source": price.source,
-            "assumption": price.assumption, "override": price.override}
+            "assumption": price.assumption, "override": price.override, "condition": price.condition}
 
 
 def prices_used(rec: Recommendation, catalog: Catalog) -> list[dict[str, Any]]:
@@ -75,7 +75,7 @@ def prices_used(rec: Recommendation, catalog: Catalog) -> list[dict[str, Any]]:
         if override.item not in rows:
             rows[override.item] = {"kind": "unused", "id": override.item, "usd": override.usd,
                                    "unit": "", "date": override.date, "source": override.note,
-                                   "assumption": False, "override": True}
+                                   "assumption": False, "override": True, "condition": "new"}
     asof = _month(catalog.prices_as_of)
     for r in rows.values():  # a price dated over a year before the catalog's: a market may have moved
         dated = _month(r["date"])
@@ -199,6 +199,8 @@ def price_lines(rows: list[dict[str, Any]]) -> list[str]:
     out = []
     for r in rows:
         tag = " (override)" if r["override"] else (" (assumption)" if r["assumption"] else "")
+        if r.get("condition") == "used":
+            tag = " (used)" + tag
         if r["kind"] == "unused":
             tag = " (override; not in this answer)"
         unit = f" {r['unit']}" if r["unit"] else ""
