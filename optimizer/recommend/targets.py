@@ -7,6 +7,7 @@ watt of IT load over the horizon (electricity × load factor × PUE, and colocat
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import replace
 
 from typing_extensions import assert_never
@@ -58,10 +59,27 @@ def targets_of(problem: Problem) -> Targets:
             assert_never(never)
 
 
+_TABLES: OrderedDict[Problem, tuple[Catalog, PlanTable]] = OrderedDict()
+TABLES_KEPT = 4  # the last few problems' tables, per process
+
+
 def plan_table(problem: Problem, catalog: Catalog) -> PlanTable:
-    """The candidates of ``problem``: its workload's, or every workload's on shared hardware."""
+    """The candidates of ``problem``: its workload's, or every workload's on shared hardware.
+
+    Enumeration is a pure function of the problem and the catalog, and the relaxations that
+    explain an infeasible answer come back to the same problem (without its budget for the
+    least budget, then without budget and power cap for the walls): the last few tables are
+    kept and handed out again for an equal problem on the very same catalog object."""
+    kept = _TABLES.get(problem)
+    if kept is not None and kept[0] is catalog:
+        _TABLES.move_to_end(problem)
+        return kept[1]
     several = len(problem.workloads) > 1
-    return enumerate_portfolio(problem, catalog) if several else enumerate_candidates(problem, catalog)
+    table = enumerate_portfolio(problem, catalog) if several else enumerate_candidates(problem, catalog)
+    _TABLES[problem] = (catalog, table)
+    while len(_TABLES) > TABLES_KEPT:
+        _TABLES.popitem(last=False)
+    return table
 
 
 def spend(problem: Problem, sol: MilpSolution) -> float:
