@@ -31,7 +31,7 @@ from optimizer.perf import model as shape
 from optimizer.perf.comm import allreduce_time, dp_reduce_time, p2p_time, span_link
 from optimizer.perf.memory import WEIGHT_BYTES, MemoryResult, mlp_activation_width, training_memory
 from optimizer.perf.params import Num, TrainParams
-from optimizer.perf.specs import Hardware, ModelSpec, TrainPlan
+from optimizer.perf.specs import Hardware, ModelSpec, TrainPlan, evolve
 
 ACT_BYTES = 2
 OPTIMIZER_BYTES_TOUCHED = 32  # per parameter: read and write weights, grads, master, m, v
@@ -238,6 +238,20 @@ def _data_parallel_comm(m: ModelSpec, hw: Hardware, plan: TrainPlan) -> tuple[fl
 def train_terms(m: ModelSpec, hw: Hardware, plan: TrainPlan) -> TrainTerms:
     """The work of one step on the busiest GPU (the first pipeline stage), at unit efficiency."""
     _check(m, hw, plan)
+    dp_step, fsdp_mb = _data_parallel_comm(m, hw, plan)
+    s = plan.seq_len or m.seq_len
+    return evolve(replica_terms(m, hw, plan), dp_comm=dp_step, fsdp_comm=fsdp_mb,
+                  optimizer_bytes=optimizer_bytes(m, plan),
+                  nodes=float(max(1, math.ceil(plan.gpus / hw.gpus_per_node))),
+                  tokens_per_step=float(plan.dp * plan.num_micro_batches * plan.micro_batch * s),
+                  gpus=float(plan.gpus))
+
+
+def replica_terms(m: ModelSpec, hw: Hardware, plan: TrainPlan) -> TrainTerms:
+    """The terms no data-parallel degree changes: one replica's compute and model-parallel
+    traffic, with no data-parallel traffic or optimizer step, on one node (``train_terms`` adds
+    those for the plan's dp)."""
+    _check(m, hw, plan)
     dev = hw.device
     s = plan.seq_len or m.seq_len
     tokens_mb = plan.micro_batch * s / plan.cp  # tokens of a micro-batch on one GPU
@@ -245,7 +259,6 @@ def train_terms(m: ModelSpec, hw: Hardware, plan: TrainPlan) -> TrainTerms:
     layers = math.ceil(m.layers / plan.pp)
     scores = 0.0 if plan.flash_attention else NO_FLASH_SCORE_BYTES * m.heads * s * layers / plan.tp
     comm = _micro_batch_comm(m, hw, plan, tokens_mb)
-    dp_step, fsdp_mb = _data_parallel_comm(m, hw, plan)
     peak_16 = dev.peak_of("bf16", "fp16", plan.precision)
     return TrainTerms(
         micro_batches=float(plan.num_micro_batches),
@@ -254,11 +267,9 @@ def train_terms(m: ModelSpec, hw: Hardware, plan: TrainPlan) -> TrainTerms:
         elementwise=elementwise * tokens_mb, layer_passes=float(layers),
         moe_layer_passes=float(math.ceil(m.moe_layers / plan.pp)) if m.moe else 0.0,
         score_bytes=scores * tokens_mb, peak=dev.peak_of(plan.precision), peak_16bit=peak_16, mem_bw=dev.mem_bw,
-        tp_comm=comm["tp"], cp_comm=comm["cp"], ep_comm=comm["ep"], pp_comm=comm["pp"], fsdp_comm=fsdp_mb,
-        dp_comm=dp_step, optimizer_bytes=optimizer_bytes(m, plan),
-        nodes=float(max(1, math.ceil(plan.gpus / hw.gpus_per_node))),
-        tokens_per_step=float(plan.dp * plan.num_micro_batches * plan.micro_batch * s),
-        gpus=float(plan.gpus), model_flops_per_token=shape.model_flops_per_token(m, s),
+        tp_comm=comm["tp"], cp_comm=comm["cp"], ep_comm=comm["ep"], pp_comm=comm["pp"], fsdp_comm=0.0,
+        dp_comm=0.0, optimizer_bytes=0.0, nodes=1.0, tokens_per_step=0.0, gpus=0.0,
+        model_flops_per_token=shape.model_flops_per_token(m, s),
         hardware_flops_per_token=shape.hardware_flops_per_token(m, plan.recompute, s),
     )
 

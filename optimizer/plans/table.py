@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
@@ -75,6 +76,34 @@ def dominates(a: Candidate, b: Candidate) -> bool:
     k = b.gpus_per_replica // a.gpus_per_replica
     return (a.dp_min <= k * b.dp_min and a.dp_max >= k * b.dp_max
             and a.replica_tokens_per_s / a.gpus_per_replica >= b.replica_tokens_per_s / b.gpus_per_replica)
+
+
+class Pruner:
+    """Dominance while candidates are built. A band that some built candidate of its group beats
+    at every GPU count it could use, at a strictly higher rate per GPU than any bound of the
+    band's own rate, would be dropped by ``prune_dominated`` whatever else is built (whatever
+    dominates the winner dominates the band too), so it need not be evaluated or built."""
+
+    def __init__(self) -> None:
+        self.best: dict[str, dict[int, dict[tuple[int, int], float]]] = {}  # group → GPUs/replica → dp range → rate
+        self.skipped = 0  # bands never built: counted with the pruned ones
+
+    def add(self, c: Candidate) -> None:
+        ranges = self.best.setdefault(c.group, {}).setdefault(c.gpus_per_replica, {})
+        rate = c.replica_tokens_per_s / c.gpus_per_replica
+        if rate > ranges.get((c.dp_min, c.dp_max), -math.inf):
+            ranges[(c.dp_min, c.dp_max)] = rate
+
+    def beaten(self, group: str, gpus_per_replica: int, dp_min: int, dp_max: int, rate_bound: float) -> bool:
+        """True when a built candidate dominates a band (``dominates``) whose tokens/s per GPU is
+        at most ``rate_bound``, with a strictly higher rate."""
+        for a_mp, ranges in self.best.get(group, {}).items():
+            if gpus_per_replica % a_mp:
+                continue
+            k = gpus_per_replica // a_mp
+            if any(rate > rate_bound and lo <= k * dp_min and hi >= k * dp_max for (lo, hi), rate in ranges.items()):
+                return True
+        return False
 
 
 def prune_dominated(candidates: list[Candidate]) -> tuple[list[Candidate], int]:

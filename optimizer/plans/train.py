@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from optimizer.catalog import Catalog, Gpu, TrainTraits
 from optimizer.errors import ProblemError
@@ -18,7 +18,7 @@ from optimizer.perf.goodput import goodput
 from optimizer.perf.memory import training_memory
 from optimizer.perf.params import TrainParams
 from optimizer.perf.specs import Hardware, ModelSpec, TrainPlan, evolve
-from optimizer.perf.train import TrainTerms, step_time, train_terms
+from optimizer.perf.train import TrainTerms, replica_terms, step_time, train_terms
 from optimizer.plans.groups import (
     Group,
     build_groups,
@@ -28,7 +28,7 @@ from optimizer.plans.groups import (
     max_gpus,
     no_group_reason,
 )
-from optimizer.plans.table import Candidate, PlanTable, prune_dominated
+from optimizer.plans.table import Candidate, PlanTable, Pruner, prune_dominated
 from optimizer.problem import Problem, TrainWorkload, confidence_factor, tp_fits
 
 NODE_BANDS = (2, 8, 32, 128, 512, 2048, 8192, 32768)
@@ -96,7 +96,7 @@ def enumerate_plans(problem: Problem, catalog: Catalog) -> PlanTable:
     groups: dict[str, Group] = {}
     dropped: Counter[str] = Counter()
     gpu_reasons: dict[str, str] = {}
-    enumerated = 0
+    enumerated = skipped = 0
     for gpu_id, gpu in licensed_gpus(problem, catalog, dropped, gpu_reasons):
         if gpu.tflops(w.precision) is None:
             gpu_reasons[gpu_id] = f"precision: no {w.precision} tensor cores"
@@ -128,13 +128,14 @@ def enumerate_plans(problem: Problem, catalog: Catalog) -> PlanTable:
             if c is not None and (best_memory is None or c[0] < best_memory[0]):
                 best_memory = c
         dropped.update(reason_counts)
+        skipped += setup.pruner.skipped
         if len(candidates) == before:
             gpu_reasons[gpu_id] = _memory_reason(gpu, best_memory, reason_counts, problem.memory_headroom)
     kept, pruned = prune_dominated(candidates)
     kept = [with_memory(c, w.model, reserved) for c in kept]
     used = {c.group for c in kept}
     return PlanTable(tuple(kept), {k: v for k, v in groups.items() if k in used}, dropped,
-                     gpu_reasons, enumerated, pruned)
+                     gpu_reasons, enumerated, pruned + skipped)
 
 
 def _memory_reason(gpu: Gpu, best: tuple[float, str] | None, counts: Counter[str], headroom: float) -> str:
@@ -155,6 +156,7 @@ class Setup:
     reserved: float
     traits: TrainTraits
     mfu_ceiling: float = math.inf  # the highest MFU published dense runs reached (catalog.mfu_ceiling)
+    pruner: Pruner = field(default_factory=Pruner, compare=False)  # the bands built so far on this GPU
 
 
 # what a plan's least data-parallel degree that fits depends on: memory per GPU and the plan's shape
@@ -228,7 +230,14 @@ def _add_bands(problem: Problem, w: TrainWorkload, group: Group, links: tuple[Ha
         return
     lo, hi = span
     per_node = max(1, group.slots // mp)
+    floor_terms: tuple[TrainTerms, float] | None = None
     for band_lo, band_hi in _dp_bands(lo, hi, per_node, group.fabric is not None):
+        good = goodput(band_hi * mp, group.reliability(problem.reliability)).fraction
+        if group.key in setup.pruner.best:
+            floor_terms = floor_terms or _step_floor(w, links, plan, setup)
+            if _beaten(setup, w, group, plan, band_lo, band_hi, floor_terms, factor * good):
+                setup.pruner.skipped += 1
+                continue
         worst = evolve(plan, dp=band_hi * plan.ep)
         terms = _terms_at(w, links, group, plan, band_hi)
         # Communication grows with dp and the sharded optimizer step shrinks with it (∝ 1/dp under
@@ -251,9 +260,34 @@ def _add_bands(problem: Problem, w: TrainWorkload, group: Group, links: tuple[Ha
         cp = (f"-cp{plan.cp}" if plan.cp > 1 else "") + (f"-ep{plan.ep}" if plan.ep > 1 else "")
         key = (f"{group.key}/tp{plan.tp}-pp{plan.pp}{vp}{cp}-mb{plan.micro_batch}x{plan.num_micro_batches}"
                f"-{plan.recompute}-z{plan.zero}/dp{band_lo}-{band_hi}")
-        good = goodput(band_hi * mp, group.reliability(problem.reliability)).fraction
         out.append(Candidate(key, group.key, worst, band_lo, band_hi,
                              float(terms.tokens_per_step) / band_hi / step * factor * good, 0.0))
+        setup.pruner.add(out[-1])
+
+
+def _step_floor(w: TrainWorkload, links: tuple[Hardware, Hardware], plan: TrainPlan,
+                setup: Setup) -> tuple[TrainTerms, float]:
+    """A replica's terms without data-parallel traffic, optimizer step or straggler allowance
+    (one node, the fabric within a leaf) and the step time they give: no band of the plan steps
+    faster, since the step only grows with each of them (``step_time`` adds them, exposed, at
+    nonnegative weights) and across leaves the links are slower still."""
+    t = replica_terms(w.model, links[0], evolve(plan, dp=plan.ep))
+    return t, float(step_time(t, setup.params).total)
+
+
+def _beaten(setup: Setup, w: TrainWorkload, group: Group, plan: TrainPlan, band_lo: int, band_hi: int,
+            floor: tuple[TrainTerms, float], scale: float) -> bool:
+    """True when the band need not be built: its rate at the floor step (a bound on the rate
+    ``_add_bands`` would give it, computed the same way) is strictly beaten by a built candidate
+    that dominates it, and not even the floor step takes it above the MFU ceiling (so it would
+    not have been dropped for that either; the margin covers rounding)."""
+    terms, step = floor
+    s = plan.seq_len or w.model.seq_len
+    tokens = float(band_hi * plan.ep * plan.num_micro_batches * plan.micro_batch * s)  # as train_terms counts
+    mp = plan.unit_gpus
+    if _mfu(evolve(terms, tokens_per_step=tokens), step, band_hi * mp) > setup.mfu_ceiling * (1.0 - 1e-9):
+        return False
+    return setup.pruner.beaten(group.key, mp, band_lo, band_hi, tokens / band_hi / step * scale / mp)
 
 
 def _mfu(terms: TrainTerms, step: float, gpus: int) -> float:
