@@ -238,7 +238,7 @@ def test_expert_gradients_reduce_over_the_expert_data_parallel_group(catalog):
     not reduced at all."""
     from optimizer.perf.comm import allreduce_time, dp_reduce_time, span_link
     from optimizer.perf.model import expert_params
-    from optimizer.perf.train import _data_parallel_comm, params_per_gpu
+    from optimizer.perf.train import data_parallel_comm, params_per_gpu
 
     m = catalog.models["mixtral-8x7b"].spec()
     hw = catalog.hardware("h100-sxm", "hgx-hopper-8", "ib-ndr-8")
@@ -248,8 +248,8 @@ def test_expert_gradients_reduce_over_the_expert_data_parallel_group(catalog):
     nic = span_link(16, hw)  # one GPU's share of its server's network
     expected = (dp_reduce_time(dense * plan.grad_reduce_bytes, plan, hw)
                 + allreduce_time(experts * plan.grad_reduce_bytes, 2, nic))
-    assert _data_parallel_comm(m, hw, plan) == (pytest.approx(expected, rel=1e-12), 0.0)
+    assert data_parallel_comm(m, hw, plan) == (pytest.approx(expected, rel=1e-12), 0.0)
     assert dp_reduce_time(experts, plan, hw, 8) > 2 * dp_reduce_time(experts, plan, hw)  # no intra-node step
     wide = TrainPlan(**{**plan.__dict__, "ep": 16})
     dense16 = params_per_gpu(m, wide) - expert_params(m) / 16
-    assert _data_parallel_comm(m, hw, wide)[0] == pytest.approx(dp_reduce_time(dense16 * 4.0, wide, hw))
+    assert data_parallel_comm(m, hw, wide)[0] == pytest.approx(dp_reduce_time(dense16 * 4.0, wide, hw))

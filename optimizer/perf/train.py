@@ -207,7 +207,7 @@ def _micro_batch_comm(m: ModelSpec, hw: Hardware, plan: TrainPlan, tokens_mb: fl
     return out
 
 
-def _data_parallel_comm(m: ModelSpec, hw: Hardware, plan: TrainPlan) -> tuple[float, float]:
+def data_parallel_comm(m: ModelSpec, hw: Hardware, plan: TrainPlan) -> tuple[float, float]:
     """(seconds per step, seconds per micro-batch) of data-parallel traffic.
 
     Without ZeRO the gradients (``grad_reduce_bytes`` per parameter: fp32 in Megatron and FSDP by
@@ -238,7 +238,7 @@ def _data_parallel_comm(m: ModelSpec, hw: Hardware, plan: TrainPlan) -> tuple[fl
 def train_terms(m: ModelSpec, hw: Hardware, plan: TrainPlan) -> TrainTerms:
     """The work of one step on the busiest GPU (the first pipeline stage), at unit efficiency."""
     _check(m, hw, plan)
-    dp_step, fsdp_mb = _data_parallel_comm(m, hw, plan)
+    dp_step, fsdp_mb = data_parallel_comm(m, hw, plan)
     s = plan.seq_len or m.seq_len
     return evolve(replica_terms(m, hw, plan), dp_comm=dp_step, fsdp_comm=fsdp_mb,
                   optimizer_bytes=optimizer_bytes(m, plan),

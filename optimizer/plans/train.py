@@ -18,7 +18,7 @@ from optimizer.perf.goodput import goodput
 from optimizer.perf.memory import training_memory
 from optimizer.perf.params import TrainParams
 from optimizer.perf.specs import Hardware, ModelSpec, TrainPlan, evolve
-from optimizer.perf.train import TrainTerms, replica_terms, step_time, train_terms
+from optimizer.perf.train import TrainTerms, data_parallel_comm, replica_terms, step_time, train_terms
 from optimizer.plans.groups import (
     Group,
     build_groups,
@@ -234,7 +234,7 @@ def _add_bands(problem: Problem, w: TrainWorkload, group: Group, links: tuple[Ha
     for band_lo, band_hi in _dp_bands(lo, hi, per_node, group.fabric is not None):
         good = goodput(band_hi * mp, group.reliability(problem.reliability)).fraction
         if group.key in setup.pruner.best:
-            floor_terms = floor_terms or _step_floor(w, links, plan, setup)
+            floor_terms = floor_terms or _step_floor(w, links, plan, setup, lo)
             if _beaten(setup, w, group, plan, band_lo, band_hi, floor_terms, factor * good):
                 setup.pruner.skipped += 1
                 continue
@@ -266,12 +266,15 @@ def _add_bands(problem: Problem, w: TrainWorkload, group: Group, links: tuple[Ha
 
 
 def _step_floor(w: TrainWorkload, links: tuple[Hardware, Hardware], plan: TrainPlan,
-                setup: Setup) -> tuple[TrainTerms, float]:
-    """A replica's terms without data-parallel traffic, optimizer step or straggler allowance
-    (one node, the fabric within a leaf) and the step time they give: no band of the plan steps
-    faster, since the step only grows with each of them (``step_time`` adds them, exposed, at
-    nonnegative weights) and across leaves the links are slower still."""
-    t = replica_terms(w.model, links[0], evolve(plan, dp=plan.ep))
+                setup: Setup, dp_least: int) -> tuple[TrainTerms, float]:
+    """A replica's terms with the data-parallel traffic of the plan's least dp (it only grows
+    with dp: the ring and the node count grow, the links get no faster), no optimizer step or
+    straggler allowance (one node, the fabric within a leaf), and the step time they give: no
+    band of the plan steps faster, since the step only grows with each of them (``step_time``
+    adds them, exposed, at nonnegative weights) and across leaves the links are slower still."""
+    at = evolve(plan, dp=dp_least * plan.ep)
+    dp_step, fsdp_mb = data_parallel_comm(w.model, links[0], at)
+    t = evolve(replica_terms(w.model, links[0], at), dp_comm=dp_step, fsdp_comm=fsdp_mb)
     return t, float(step_time(t, setup.params).total)
 
 
