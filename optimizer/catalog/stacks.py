@@ -21,6 +21,7 @@ from typing import Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from optimizer.catalog.records import GPU_FAMILIES
 from optimizer.errors import CatalogError, suggest
 from optimizer.perf.params import ServeParams, TrainParams
 from optimizer.validation import read_yaml, validate
@@ -251,9 +252,7 @@ def load_efficiency(root: Path) -> Efficiency:
     stacks_file = validate(StacksFile, read_yaml(stacks_path, CatalogError), stacks_path, CatalogError)
     stacks = {s.id: s for s in stacks_file.training}
     engines = {e.id: e for e in stacks_file.serving}
-    families = (set(table.families) | set(table.families.values())
-                | {k.split("/")[0] for params in (table.training, table.serving) for p in params.values()
-                   for k in p.hardware})
+    families = GPU_FAMILIES
     for kind, entries in (("training", stacks), ("serving", engines)):
         for entry in entries.values():
             if entry.like and entry.like not in entries:

@@ -7,10 +7,10 @@ efficiency parameters (``ServeParams``), in arithmetic that also runs over array
 Decode is a roofline per kernel (Williams et al. 2009): each step reads the weights (for an MoE
 model, the experts the batch touches) and every sequence's KV cache, and does ``2·N`` FLOPs per
 token plus attention, so it is memory-bound below a batch of about ``FLOP/s ÷ bytes/s`` and
-compute-bound above it (seed 003_822282aa4321783a), its GEMMs as efficient as prefill's at the
-same width (one row per sequence). Tensor parallelism adds two all-reduces of
-``b·h`` values per layer per step (Megatron's row/column split): at small batch their fixed
-latency, not their bytes, is what keeps a small model from scaling with TP. An engine also spends
+compute-bound above it (seed 003_822282aa4321783a), its GEMMs at prefill's efficiency. Tensor
+parallelism adds two all-reduces of ``b·h`` values per layer per step (Megatron's row/column
+split): at small batch their fixed latency, not their bytes, is what keeps a small model from
+scaling with TP. An engine also spends
 time outside the kernels on every step (launches, scheduling, sampling: milliseconds for some
 engines and releases) and per sequence in the batch. Pipeline parallelism splits layers into
 stages that a token crosses one after another. Continuous batching (Yu et al. 2022, Orca) keeps
@@ -91,7 +91,6 @@ class ServeTerms:
     expert_bytes: Num  # of which the routed experts' (0 for a dense model)
     kv_bytes: Num  # per GPU per micro-batch step
     gemm_flops: Num  # per GPU per micro-batch step
-    gemm_per_width: Num  # per GPU per micro-batch step: Σ FLOPs / narrowest side (thin GEMMs at small batch)
     expert_flops: Num  # of which the routed experts' GEMMs
     attention_flops: Num  # per GPU per micro-batch step
     comm_bw: Num  # s per micro-batch step: TP all-reduce bytes
@@ -191,7 +190,6 @@ def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> Serv
                       + shape.expert_params(m) * BYTES[plan.precision]) / plan.gpus if m.moe else 0.0,
         kv_bytes=mb * kv_bytes_per_gpu(m, plan, context),
         gemm_flops=mb * 2.0 * active_matmul_params(m) / plan.gpus,
-        gemm_per_width=_per_width(m, plan, mb, mb),
         expert_flops=mb * 2.0 * routed_matmul_params(m) / plan.gpus,
         attention_flops=mb * shape.attention_flops_per_token_layer(m, attended) * m.layers / plan.gpus,
         comm_bw=layers * 2 * ar_bw, comm_latency=layers * 2 * ar_lat,
@@ -259,9 +257,10 @@ def _decode_step(t: ServeTerms, p: ServeParams, share: Num = 1.0) -> tuple[Num, 
     whatever the batch; KV reads, FLOPs and all-reduce bytes scale with it), and its parts.
 
     The weight GEMMs take the longer of reading the weights and their FLOPs at the GEMM
-    efficiency prefill uses, thin-GEMM penalty included: a decode GEMM has one row per sequence
-    of the micro-batch, so at small batch it runs far below the peak (and is memory-bound
-    anyway), while at thousands of sequences it is as efficient as a prefill GEMM."""
+    efficiency prefill uses: at small batch decode is memory-bound whatever that efficiency, and
+    at thousands of sequences its GEMMs are as large as a prefill's (a separate, lower decode
+    efficiency made those 30-50 % too slow; prefill's thin-GEMM penalty, tried on decode too,
+    made TPOT at a batch worse)."""
     bw = t.mem_bw * p.mem_bw
     # routed experts: grouped kernels over few tokens each, slower than dense GEMMs (moe_efficiency)
     weights = t.weight_bytes + t.expert_bytes * (1.0 / p.moe_efficiency - 1.0)

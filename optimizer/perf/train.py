@@ -237,20 +237,22 @@ def data_parallel_comm(m: ModelSpec, hw: Hardware, plan: TrainPlan) -> tuple[flo
 
 def train_terms(m: ModelSpec, hw: Hardware, plan: TrainPlan) -> TrainTerms:
     """The work of one step on the busiest GPU (the first pipeline stage), at unit efficiency."""
-    _check(m, hw, plan)
+    replica = replica_terms(m, hw, plan)
     dp_step, fsdp_mb = data_parallel_comm(m, hw, plan)
-    s = plan.seq_len or m.seq_len
-    return evolve(replica_terms(m, hw, plan), dp_comm=dp_step, fsdp_comm=fsdp_mb,
-                  optimizer_bytes=optimizer_bytes(m, plan),
+    return evolve(replica, dp_comm=dp_step, fsdp_comm=fsdp_mb, optimizer_bytes=optimizer_bytes(m, plan),
                   nodes=float(max(1, math.ceil(plan.gpus / hw.gpus_per_node))),
-                  tokens_per_step=float(plan.dp * plan.num_micro_batches * plan.micro_batch * s),
-                  gpus=float(plan.gpus))
+                  tokens_per_step=step_tokens(m, plan), gpus=float(plan.gpus))
+
+
+def step_tokens(m: ModelSpec, plan: TrainPlan) -> float:
+    """Tokens one step trains: dp replicas × micro-batches × micro-batch × sequence length."""
+    return float(plan.dp * plan.num_micro_batches * plan.micro_batch * (plan.seq_len or m.seq_len))
 
 
 def replica_terms(m: ModelSpec, hw: Hardware, plan: TrainPlan) -> TrainTerms:
     """The terms no data-parallel degree changes: one replica's compute and model-parallel
-    traffic, with no data-parallel traffic or optimizer step, on one node (``train_terms`` adds
-    those for the plan's dp)."""
+    traffic, on one node, with no data-parallel traffic, optimizer step, tokens or GPUs yet
+    (``train_terms`` adds those for the plan's dp)."""
     _check(m, hw, plan)
     dev = hw.device
     s = plan.seq_len or m.seq_len

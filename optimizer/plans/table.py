@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from optimizer.perf.serve import ServePlan
 from optimizer.perf.specs import TrainPlan
 from optimizer.plans.groups import Group
+
+V = TypeVar("V")
 
 
 @dataclass(frozen=True)
@@ -94,16 +98,25 @@ class Pruner:
         if rate > ranges.get((c.dp_min, c.dp_max), -math.inf):
             ranges[(c.dp_min, c.dp_max)] = rate
 
+    def built(self, group: str) -> bool:
+        return group in self.best
+
     def beaten(self, group: str, gpus_per_replica: int, dp_min: int, dp_max: int, rate_bound: float) -> bool:
         """True when a built candidate dominates a band (``dominates``) whose tokens/s per GPU is
         at most ``rate_bound``, with a strictly higher rate."""
-        for a_mp, ranges in self.best.get(group, {}).items():
-            if gpus_per_replica % a_mp:
-                continue
-            k = gpus_per_replica // a_mp
-            if any(rate > rate_bound and lo <= k * dp_min and hi >= k * dp_max for (lo, hi), rate in ranges.items()):
-                return True
-        return False
+        return any(rate > rate_bound
+                   for ranges, lo, hi in _scaled(self.best.get(group, {}), gpus_per_replica, dp_min, dp_max)
+                   for (a_lo, a_hi), rate in ranges.items() if a_lo <= lo and a_hi >= hi)
+
+
+def _scaled(by_mp: dict[int, V], mp: int, dp_min: int, dp_max: int) -> Iterator[tuple[V, int, int]]:
+    """For each GPUs-per-replica ``a`` in ``by_mp`` that divides ``mp``: its entry and the dp
+    range ``[dp_min, dp_max]`` of ``mp`` GPUs per replica scaled to replicas of ``a`` GPUs (k =
+    mp / a of them to a replica), which a dominating candidate's range must contain."""
+    for a_mp, entry in by_mp.items():
+        if mp % a_mp == 0:
+            k = mp // a_mp
+            yield entry, k * dp_min, k * dp_max
 
 
 def prune_dominated(candidates: list[Candidate]) -> tuple[list[Candidate], int]:
@@ -123,16 +136,8 @@ def prune_dominated(candidates: list[Candidate]) -> tuple[list[Candidate], int]:
         ranges: dict[int, list[tuple[int, int]]] = {}  # GPUs per replica -> survivors' dp ranges
         for c in bucket:
             mp = c.gpus_per_replica
-            dominated = False
-            for a_mp, spans in ranges.items():
-                if mp % a_mp:
-                    continue
-                k = mp // a_mp
-                lo, hi = k * c.dp_min, k * c.dp_max
-                if any(a_lo <= lo and a_hi >= hi for a_lo, a_hi in spans):
-                    dominated = True
-                    break
-            if not dominated:
+            if not any(a_lo <= lo and a_hi >= hi for spans, lo, hi in _scaled(ranges, mp, c.dp_min, c.dp_max)
+                       for a_lo, a_hi in spans):
                 ranges.setdefault(mp, []).append((c.dp_min, c.dp_max))
                 kept.append(c)
     kept.sort(key=lambda c: c.key)

@@ -18,7 +18,7 @@ from optimizer.perf.goodput import goodput
 from optimizer.perf.memory import training_memory
 from optimizer.perf.params import TrainParams
 from optimizer.perf.specs import Hardware, ModelSpec, TrainPlan, evolve
-from optimizer.perf.train import TrainTerms, data_parallel_comm, replica_terms, step_time, train_terms
+from optimizer.perf.train import TrainTerms, data_parallel_comm, replica_terms, step_time, step_tokens, train_terms
 from optimizer.plans.groups import (
     Group,
     build_groups,
@@ -233,7 +233,7 @@ def _add_bands(problem: Problem, w: TrainWorkload, group: Group, links: tuple[Ha
     floor_terms: tuple[TrainTerms, float] | None = None
     for band_lo, band_hi in _dp_bands(lo, hi, per_node, group.fabric is not None):
         good = goodput(band_hi * mp, group.reliability(problem.reliability)).fraction
-        if group.key in setup.pruner.best:
+        if setup.pruner.built(group.key):
             floor_terms = floor_terms or _step_floor(w, links, plan, setup, lo)
             if _beaten(setup, w, group, plan, band_lo, band_hi, floor_terms, factor * good):
                 setup.pruner.skipped += 1
@@ -285,8 +285,7 @@ def _beaten(setup: Setup, w: TrainWorkload, group: Group, plan: TrainPlan, band_
     that dominates it, and not even the floor step takes it above the MFU ceiling (so it would
     not have been dropped for that either; the margin covers rounding)."""
     terms, step = floor
-    s = plan.seq_len or w.model.seq_len
-    tokens = float(band_hi * plan.ep * plan.num_micro_batches * plan.micro_batch * s)  # as train_terms counts
+    tokens = step_tokens(w.model, evolve(plan, dp=band_hi * plan.ep))
     mp = plan.unit_gpus
     if _mfu(evolve(terms, tokens_per_step=tokens), step, band_hi * mp) > setup.mfu_ceiling * (1.0 - 1e-9):
         return False
