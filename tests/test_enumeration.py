@@ -1,12 +1,13 @@
-"""Pruning while building is exact: the plan table is the one enumerating every band gives."""
+"""Pruning while building is exact: the plan table of the one-plan-at-a-time reference enumeration
+is the one building every band gives."""
 
 from __future__ import annotations
 
 import pytest
 
 from optimizer.catalog import load_catalog
-from optimizer.plans import enumerate_candidates
 from optimizer.plans.table import Pruner
+from optimizer.plans.train import enumerate_plans
 from optimizer.problem import load_priced
 from tests.conftest import TINY
 
@@ -27,9 +28,9 @@ def test_bands_skipped_while_building_are_the_ones_pruning_drops(tmp_path, monke
         return skips[-1]
 
     monkeypatch.setattr(Pruner, "beaten", counted)
-    pruned = enumerate_candidates(problem, catalog)
+    pruned = enumerate_plans(problem, catalog, reference=True)
     assert any(skips)  # bands were skipped
     monkeypatch.setattr(Pruner, "beaten", lambda *args: False)  # build every band, prune afterwards
-    full = enumerate_candidates(problem, catalog)
+    full = enumerate_plans(problem, catalog, reference=True)
     assert pruned.candidates == full.candidates and len(full.candidates) > 0
     assert (pruned.pruned, pruned.dropped, pruned.enumerated) == (full.pruned, full.dropped, full.enumerated)

@@ -88,11 +88,12 @@ def test_more_budget_is_never_slower(tables, catalog):
     assert rates == sorted(rates)
 
 
-def test_dominance_pruning_keeps_the_optimum(catalog):
+def test_dominance_pruning_keeps_the_optimum(catalog, monkeypatch):
     """Solving without pruning gives the same optimum as with it (a small problem)."""
     from dataclasses import replace
 
-    from optimizer.plans import prune_dominated
+    import optimizer.plans.train as plans
+    from optimizer.plans.table import Pruner, prune_dominated
 
     problem = load_problem(ROOT / "problems" / "lab_budget.yaml", catalog)
     problem = replace(problem, gpus=("rtx-4090", "a100-pcie-80gb"),
@@ -100,15 +101,10 @@ def test_dominance_pruning_keeps_the_optimum(catalog):
     table = enumerate_plans(problem, catalog)
     t = targets_of(problem)
     pruned_opt = solve(table, t, "ortools", 60).objective
-    # rebuild the unpruned table by re-enumerating with pruning disabled
-    import optimizer.plans.train as plans
-
-    original = plans.prune_dominated
-    try:
-        plans.prune_dominated = lambda cands: (sorted(cands, key=lambda c: c.key), 0)
-        full = enumerate_plans(problem, catalog)
-    finally:
-        plans.prune_dominated = original
+    # rebuild the unpruned table: one plan at a time, every band built, none pruned
+    monkeypatch.setattr(Pruner, "beaten", lambda *args: False)
+    monkeypatch.setattr(plans, "prune_dominated", lambda cands: (sorted(cands, key=lambda c: c.key), 0))
+    full = enumerate_plans(problem, catalog, reference=True)
     assert len(full.candidates) > len(table.candidates)
     assert math.isclose(solve(full, t, "ortools", 60).objective, pruned_opt, rel_tol=1e-6)
     assert prune_dominated(list(full.candidates))[1] == len(full.candidates) - len(table.candidates)

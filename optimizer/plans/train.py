@@ -29,27 +29,16 @@ from optimizer.plans.groups import (
     no_group_reason,
 )
 from optimizer.plans.table import Candidate, PlanTable, Pruner, prune_dominated
+from optimizer.plans.train_bands import (
+    NODE_BANDS,
+    GpuSetup,
+    Templates,
+    candidate,
+    group_candidates,
+    min_dp_that_fits,
+    templates,
+)
 from optimizer.problem import Problem, TrainWorkload, confidence_factor, tp_fits
-
-NODE_BANDS = (2, 8, 32, 128, 512, 2048, 8192, 32768)
-
-
-def _min_dp_that_fits(m: ModelSpec, plan: TrainPlan, capacity: float, reserved: float, dp_cap: int) -> int | None:
-    """Smallest dp (in units of ep replicas) whose memory fits (it falls with dp under ZeRO), or None."""
-    def fits(dp: int) -> bool:
-        return training_memory(m, evolve(plan, dp=dp * plan.ep), reserved).total <= capacity
-    if plan.zero == 0 or dp_cap <= 1:
-        return 1 if fits(1) else None
-    if not fits(dp_cap):
-        return None
-    lo, hi = 1, dp_cap
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if fits(mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
 
 
 def _dp_range(problem: Problem, w: TrainWorkload, group: Group, mp: int, seqs: int,
@@ -84,10 +73,12 @@ def _dp_bands(lo: int, hi: int, per_node: int, multi_node: bool) -> list[tuple[i
     return bands
 
 
-def enumerate_plans(problem: Problem, catalog: Catalog) -> PlanTable:
+def enumerate_plans(problem: Problem, catalog: Catalog, reference: bool = False) -> PlanTable:
     """Every template that fits, with drop reasons for the rest, dominated ones pruned.
 
-    At a planning confidence, every rate is the model's times the calibration quantile."""
+    At a planning confidence, every rate is the model's times the calibration quantile. The bands
+    of each hardware group are evaluated over arrays (``plans.train_bands``); ``reference=True``
+    builds them one plan at a time with the scalar model instead, which gives the same table."""
     w = problem.training
     if w is None:
         raise ProblemError(f"{problem.name}: enumerate_plans plans a problem whose one workload trains")
@@ -114,21 +105,16 @@ def enumerate_plans(problem: Problem, catalog: Catalog) -> PlanTable:
             continue
         before = len(candidates)
         reason_counts: Counter[str] = Counter()
-        best_memory: tuple[float, str] | None = None
-        fit_cache: dict[FitKey, int | None] = {}
-        factor = confidence_factor(problem, catalog, gpu_id)
         ceiling = catalog.mfu_ceiling(gpu_id, w.precision)
         setup = Setup(catalog.train_params(gpu_id, w.precision, w.stack), reserved,
                       catalog.train_plan_traits(gpu_id, w.stack), ceiling.value if ceiling else math.inf)
-        for group in usable:
-            groups[group.key] = group
-            hw = catalog.hardware(gpu_id, group.server, group.fabric)
-            n, c = _group_candidates(problem, w, group, hw, setup, candidates, reason_counts, fit_cache, factor)
-            enumerated += n
-            if c is not None and (best_memory is None or c[0] < best_memory[0]):
-                best_memory = c
+        groups.update((g.key, g) for g in usable)
+        n, best_memory, strictly = _gpu_candidates(problem, w, catalog, usable, setup,
+                                                   confidence_factor(problem, catalog, gpu_id), reference,
+                                                   candidates, reason_counts)
+        enumerated += n
         dropped.update(reason_counts)
-        skipped += setup.pruner.skipped
+        skipped += setup.pruner.skipped + strictly
         if len(candidates) == before:
             gpu_reasons[gpu_id] = _memory_reason(gpu, best_memory, reason_counts, problem.memory_headroom)
     kept, pruned = prune_dominated(candidates)
@@ -136,6 +122,34 @@ def enumerate_plans(problem: Problem, catalog: Catalog) -> PlanTable:
     used = {c.group for c in kept}
     return PlanTable(tuple(kept), {k: v for k, v in groups.items() if k in used}, dropped,
                      gpu_reasons, enumerated, pruned + skipped)
+
+
+def _gpu_candidates(problem: Problem, w: TrainWorkload, catalog: Catalog, usable: list[Group], setup: Setup,
+                    factor: float, reference: bool, out: list[Candidate], reasons: Counter[str]
+                    ) -> tuple[int, tuple[float, str] | None, int]:
+    """Append the candidates of one GPU's groups to ``out``; return (templates tried, least memory
+    that failed, bands dropped as strictly dominated before they were built). The templates do not
+    depend on the group, so they are made once per GPU."""
+    enumerated, best_memory, skipped = 0, None, 0
+    fit_cache: dict[FitKey, int | None] = {}
+    by_capacity: dict[float, Templates] = {}
+    for group in usable:
+        hw = catalog.hardware(group.gpu, group.server, group.fabric)
+        if reference:
+            n, c = _group_candidates(problem, w, group, hw, setup, out, reasons, fit_cache, factor)
+        else:
+            capacity = hw.device.memory * (1.0 - problem.memory_headroom)
+            if capacity not in by_capacity:
+                by_capacity[capacity] = templates(problem, w, capacity, setup.reserved, setup.traits)
+            n, c, built, strictly = group_candidates(
+                problem, w, group, (hw, hw.oversubscribed(group.oversubscription)),
+                GpuSetup(setup.params, setup.mfu_ceiling), by_capacity[capacity], reasons, factor)
+            out.extend(built)
+            skipped += strictly
+        enumerated += n
+        if c is not None and (best_memory is None or c[0] < best_memory[0]):
+            best_memory = c
+    return enumerated, best_memory, skipped
 
 
 def _memory_reason(gpu: Gpu, best: tuple[float, str] | None, counts: Counter[str], headroom: float) -> str:
@@ -195,7 +209,7 @@ def _group_candidates(problem: Problem, w: TrainWorkload, group: Group, hw: Hard
                                          **setup.traits)
                         key = (capacity, tp, pp, cp, ep, b, rc, zero, dp_cap)
                         if key not in fit_cache:  # memory does not depend on server or fabric
-                            fit_cache[key] = _min_dp_that_fits(m, base, capacity, setup.reserved, dp_cap)
+                            fit_cache[key] = min_dp_that_fits(m, base, capacity, setup.reserved, dp_cap)
                         dp_fit = fit_cache[key]
                         if dp_fit is None:
                             reasons["memory"] += 1
@@ -238,31 +252,37 @@ def _add_bands(problem: Problem, w: TrainWorkload, group: Group, links: tuple[Ha
             if _beaten(setup, w, group, plan, band_lo, band_hi, floor_terms, factor * good):
                 setup.pruner.skipped += 1
                 continue
-        worst = evolve(plan, dp=band_hi * plan.ep)
-        terms = _terms_at(w, links, group, plan, band_hi)
-        # Communication grows with dp and the sharded optimizer step shrinks with it (∝ 1/dp under
-        # ZeRO ≥ 1), so the slowest step anywhere in the band is at most step(dp_max) with
-        # dp_min's optimizer step (which the straggler allowance scales too).
-        parts = step_time(evolve(terms, optimizer_bytes=terms.optimizer_bytes * band_hi / band_lo)
-                          if plan.zero >= 1 else terms, setup.params)
-        step = float(parts.total)
-        # the band's fastest end (least dp) runs at a higher MFU: checked exactly where the work no
-        # dp changes (compute, launches, tensor, context, expert and pipeline sends) alone is above it
-        ceiling = setup.mfu_ceiling
-        floor = float(parts.compute + parts.layer_overhead + parts.tp_comm + parts.cp_comm + parts.ep_comm
-                      + parts.pp_comm)
-        if _mfu(terms, step, band_hi * mp) > ceiling or (
-                band_lo < band_hi and _mfu(terms, floor, band_hi * mp) > ceiling
-                and _mfu(*_at_dp(w, links, group, plan, band_lo, setup)) > ceiling):
+        rate = band_rate(w, group, links, setup, plan, band_lo, band_hi, factor * good)
+        if rate is None:
             reasons["mfu ceiling"] += 1  # faster than any published run on this GPU: a model error, not a plan
             continue
-        vp = f"v{plan.virtual_stages}" if plan.virtual_stages > 1 else ""
-        cp = (f"-cp{plan.cp}" if plan.cp > 1 else "") + (f"-ep{plan.ep}" if plan.ep > 1 else "")
-        key = (f"{group.key}/tp{plan.tp}-pp{plan.pp}{vp}{cp}-mb{plan.micro_batch}x{plan.num_micro_batches}"
-               f"-{plan.recompute}-z{plan.zero}/dp{band_lo}-{band_hi}")
-        out.append(Candidate(key, group.key, worst, band_lo, band_hi,
-                             float(terms.tokens_per_step) / band_hi / step * factor * good, 0.0))
+        out.append(candidate(group, plan, band_lo, band_hi, rate))
         setup.pruner.add(out[-1])
+
+
+def band_rate(w: TrainWorkload, group: Group, links: tuple[Hardware, Hardware], setup: Setup, plan: TrainPlan,
+              band_lo: int, band_hi: int, scale: float) -> float | None:
+    """A band's tokens/s per unit of ep replicas at its slowest step, times ``scale`` (goodput and
+    confidence), or None where the plan would run above the GPU's MFU ceiling.
+
+    Communication grows with dp and the sharded optimizer step shrinks with it (∝ 1/dp under
+    ZeRO ≥ 1), so the slowest step anywhere in the band is at most step(dp_max) with dp_min's
+    optimizer step (which the straggler allowance scales too). The band's fastest end (least dp)
+    runs at a higher MFU: checked exactly where the work no dp changes (compute, launches, tensor,
+    context, expert and pipeline sends) alone is above the ceiling."""
+    mp = plan.unit_gpus
+    terms = _terms_at(w, links, group, plan, band_hi)
+    parts = step_time(evolve(terms, optimizer_bytes=terms.optimizer_bytes * band_hi / band_lo)
+                      if plan.zero >= 1 else terms, setup.params)
+    step = float(parts.total)
+    ceiling = setup.mfu_ceiling
+    floor = float(parts.compute + parts.layer_overhead + parts.tp_comm + parts.cp_comm + parts.ep_comm
+                  + parts.pp_comm)
+    if _mfu(terms, step, band_hi * mp) > ceiling or (
+            band_lo < band_hi and _mfu(terms, floor, band_hi * mp) > ceiling
+            and _mfu(*_at_dp(w, links, group, plan, band_lo, setup)) > ceiling):
+        return None
+    return float(terms.tokens_per_step) / band_hi / step * scale
 
 
 def _step_floor(w: TrainWorkload, links: tuple[Hardware, Hardware], plan: TrainPlan,
