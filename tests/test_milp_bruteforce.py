@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from optimizer import milp
 from optimizer.milp import Status, Targets, purchase, solution_costs, solve
 from optimizer.perf.specs import TrainPlan
 from optimizer.plans import Candidate, Group, PlanTable, leaf_split
@@ -214,3 +215,24 @@ def test_fabric_instances_reach_oversubscribed_two_tier_optima():
             if p.spine_switches:
                 seen.add(g.oversubscription > 1)
     assert seen == {True, False}
+
+
+@pytest.mark.parametrize("seed", range(0, 150, 3))
+def test_screening_groups_gives_the_answer_of_the_program_over_every_group(seed, monkeypatch):
+    """One training job: solving the groups one by one and then the best together (``screen_groups``)
+    gives the optimum, and the tie-broken answer, of the one program over every group."""
+    table, targets = random_instance(random.Random(seed), random.Random(seed * 7 + 1), random.Random(seed * 13 + 5))
+    screened = solve(table, targets, "ortools", time_limit_s=20, mip_gap=0.0)
+    monkeypatch.setattr(milp, "_one_job", lambda table: False)
+    whole = solve(table, targets, "ortools", time_limit_s=20, mip_gap=0.0)
+    assert screened.status == whole.status, seed
+    if whole.status is Status.OPTIMAL:
+        assert math.isclose(screened.objective, whole.objective, rel_tol=1e-9, abs_tol=1e-9), seed
+        assert math.isclose(screened.tco, whole.tco, rel_tol=1e-6, abs_tol=1e-6), seed
+        assert math.isclose(screened.tokens_per_s, whole.tokens_per_s, rel_tol=1e-6, abs_tol=1e-6), seed
+
+
+def test_screening_instances_have_several_groups():
+    several = sum(len(random_instance(random.Random(s), random.Random(s * 7 + 1), random.Random(s * 13 + 5))[0].groups)
+                  > 1 for s in range(0, 150, 3))
+    assert several >= 25

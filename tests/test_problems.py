@@ -185,3 +185,20 @@ def test_plans_above_the_mfu_ceiling_are_dropped_as_model_errors(catalog, tiny_p
             r = train_step(problem.workload.model, hw, replace(c.plan, dp=dp * c.plan.ep),
                            *capped.train_setup(g.gpu, c.plan.precision))
             assert r.mfu <= 0.30 + 1e-9, (c.key, dp, r.mfu)
+
+
+@pytest.mark.parametrize("name", ["lab_budget", "mixtral_pretrain", "fabric_oversubscription", "lab_used",
+                                  "rent_or_buy_pretrain", "export_controlled_racks"])
+def test_screened_groups_give_the_whole_programs_answer(name, catalog, monkeypatch):
+    """The shipped one-job examples: screening the groups gives the plan, dp, purchases and
+    objective the program over every group gives (llama2_70b_pretrain is left out: its whole
+    program takes 15 s, which is why groups are screened)."""
+    import optimizer.milp as milp
+
+    problem, priced = load_priced(ROOT / "problems" / f"{name}.yaml", catalog)
+    table, t = plan_table(problem, priced), targets_of(problem)
+    screened = solve(table, t, "ortools", 60)
+    monkeypatch.setattr(milp, "_one_job", lambda table: False)
+    whole = solve(table, t, "ortools", 60)
+    assert (screened.candidate, screened.dp, screened.purchases) == (whole.candidate, whole.dp, whole.purchases)
+    assert math.isclose(screened.objective, whole.objective, rel_tol=1e-9)

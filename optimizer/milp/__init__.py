@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 
 from optimizer.errors import SolverError
 from optimizer.milp import formulation as f
@@ -68,6 +69,13 @@ class _Program:
         f.add_power_cap(model, targets, self.power)  # (10)
         f.add_budget(model, targets, capex + rent, self.tco)  # (11)
 
+    def optimise(self, targets: Targets, time_limit_s: float, mip_gap: float) -> tuple[Status, float | None,
+                                                                                      float | None]:
+        """Solve for the problem's objective: (status, objective, best bound)."""
+        goals = {Objective.MIN_TIME: self.throughput, Objective.MIN_POWER: self.power}
+        self.model.set_objective(goals.get(targets.objective, self.tco), targets.objective.maximize)
+        return self.model.solve(time_limit_s, mip_gap)
+
     def values(self) -> dict[tuple[str, str], float]:
         return {(name, k): self.model.value(var) for name, family in self.v.read_back().items()
                 for k, var in family.items()}
@@ -81,13 +89,14 @@ def solve(table: PlanTable, targets: Targets, backend: Backend | str = Backend.O
     if not table.candidates and not table.serving:
         raise SolverError("no candidate plans to choose from")
     start = time.perf_counter()
+    if _one_job(table):
+        table = screen_groups(table, targets, backend, time_limit_s, mip_gap)
+        if not table.candidates:
+            return _empty(Status.INFEASIBLE, Backend(backend), start, None)
     program = _Program(table, targets, backend)
     model = program.model
-    maximize = targets.objective.maximize
-    goals = {Objective.MIN_TIME: program.throughput, Objective.MIN_POWER: program.power}
-    goal = goals.get(targets.objective, program.tco)
-    model.set_objective(goal, maximize)
-    status, objective, bound = model.solve(time_limit_s, mip_gap)
+    status, objective, bound = program.optimise(targets, max(1.0, time_limit_s - (time.perf_counter() - start)),
+                                                mip_gap)
     if status in (Status.INFEASIBLE, Status.NO_SOLUTION):
         return _empty(status, model.backend, start, model)
     gap = _gap(objective, bound) if bound is not None else (mip_gap if status == Status.OPTIMAL else None)
@@ -151,6 +160,59 @@ def _gap(objective: float | None, bound: float | None) -> float | None:
     return abs(bound - objective) / max(1e-9, abs(objective))
 
 
-def _empty(status: Status, backend: Backend, start: float, model: Model) -> MilpSolution:
+def _empty(status: Status, backend: Backend, start: float, model: Model | None) -> MilpSolution:
     return MilpSolution(status, backend, None, None, None, None, 0, (), (), 0.0, 0.0, 0.0, 0.0,
-                        time.perf_counter() - start, model.n_vars, model.n_cons)
+                        time.perf_counter() - start, model.n_vars if model else 0, model.n_cons if model else 0)
+
+
+def _one_job(table: PlanTable) -> bool:
+    """One training workload and nothing served: every answer uses one hardware group."""
+    return not table.serving and len({c.workload for c in table.candidates}) == 1 and len(table.groups) > 1
+
+
+SCREEN_TOLERANCE = 1e-4  # groups this close to the best (relative) are solved together, for the tie-break
+
+
+def screen_groups(table: PlanTable, targets: Targets, backend: Backend | str, time_limit_s: float,
+                  mip_gap: float) -> PlanTable:
+    """The table restricted to the hardware groups that can hold the optimum of a problem with one
+    training job and no serving (exact: any answer runs its one plan on one group, and leaving the
+    other groups empty keeps it feasible at no worse objective, so the optimum is the best of the
+    groups' own optima, and no program need hold every group at once).
+
+    Each group is solved alone for the objective; for the fastest answer (min_time) groups are
+    taken by an upper bound on their throughput (a plan's rate at its most dp) and skipped once
+    that bound is below the best found. What is returned holds every group within
+    ``SCREEN_TOLERANCE`` of the best and every group not proven worse (stopped by the clock), so
+    that solving it, tie-break included, gives the answer the program over every group gives."""
+    start = time.perf_counter()
+    by_group: dict[str, list[Candidate]] = {}
+    for c in table.candidates:
+        by_group.setdefault(c.group, []).append(c)
+    maximize = targets.objective.maximize
+    upper = {h: max(c.replica_tokens_per_s * c.dp_max for c in cands) for h, cands in by_group.items()}
+    fastest = targets.objective is Objective.MIN_TIME
+    order = sorted(by_group, key=lambda h: (-upper[h], h)) if fastest else sorted(by_group)
+    solved: dict[str, float] = {}
+    unproven: set[str] = set()
+    for h in order:
+        best = max(solved.values(), default=None) if maximize else min(solved.values(), default=None)
+        if fastest and best is not None and upper[h] < best - SCREEN_TOLERANCE * abs(best):
+            break  # the rest are bounded lower still
+        left = time_limit_s - (time.perf_counter() - start)
+        if left <= 0:
+            unproven.add(h)
+            continue
+        one = replace(table, candidates=tuple(by_group[h]), groups={h: table.groups[h]})
+        status, objective, _ = _Program(one, targets, backend).optimise(targets, max(1.0, left), mip_gap)
+        if status is Status.OPTIMAL and objective is not None:
+            solved[h] = objective
+        elif status is not Status.INFEASIBLE:
+            unproven.add(h)
+    keep = set(unproven)
+    if solved:
+        best = max(solved.values()) if maximize else min(solved.values())
+        slack = SCREEN_TOLERANCE * max(1.0, abs(best))
+        keep |= {h for h, v in solved.items() if (v >= best - slack if maximize else v <= best + slack)}
+    return replace(table, candidates=tuple(c for c in table.candidates if c.group in keep),
+                   groups={h: g for h, g in table.groups.items() if h in keep})

@@ -125,7 +125,8 @@ def _problem_record(p: Problem) -> dict[str, Any]:
 
 
 def _solver_record(rec: Recommendation) -> dict[str, Any]:
-    """How the MIP was solved and how many plans it chose from."""
+    """How the MIP was solved and how many plans it chose from (variables and constraints are the
+    last program's: with one training job, that holds only the groups ``milp.screen_groups`` kept)."""
     sol, table = rec.solution, rec.table
     return {"backend": sol.backend, "status": sol.status.value, "gap": sol.gap,
             "time_limit_s": rec.problem.solver.time_limit_s,
