@@ -81,6 +81,9 @@ class _Program:
                 for k, var in family.items()}
 
 
+
+Solved = tuple[_Program, Status, float | None, float | None]  # a program and how its objective solved
+
 def solve(table: PlanTable, targets: Targets, backend: Backend | str = Backend.ORTOOLS, time_limit_s: float = 60.0,
           mip_gap: float = 1e-6, tie_break: bool = True) -> MilpSolution:
     """Build the program over ``table`` and solve it. Same signature for both backends. A second
@@ -89,14 +92,17 @@ def solve(table: PlanTable, targets: Targets, backend: Backend | str = Backend.O
     if not table.candidates and not table.serving:
         raise SolverError("no candidate plans to choose from")
     start = time.perf_counter()
+    solved: Solved | None = None
     if _one_job(table):
-        table = screen_groups(table, targets, backend, time_limit_s, mip_gap)
+        table, solved = screen_groups(table, targets, backend, time_limit_s, mip_gap)
         if not table.candidates:
             return _empty(Status.INFEASIBLE, Backend(backend), start, None)
-    program = _Program(table, targets, backend)
+    if solved is None:  # else the one group left was solved while screening: its program is the program
+        program = _Program(table, targets, backend)
+        left = max(1.0, time_limit_s - (time.perf_counter() - start))
+        solved = program, *program.optimise(targets, left, mip_gap)
+    program, status, objective, bound = solved
     model = program.model
-    status, objective, bound = program.optimise(targets, max(1.0, time_limit_s - (time.perf_counter() - start)),
-                                                mip_gap)
     if status in (Status.INFEASIBLE, Status.NO_SOLUTION):
         return _empty(status, model.backend, start, model)
     gap = _gap(objective, bound) if bound is not None else (mip_gap if status == Status.OPTIMAL else None)
@@ -174,7 +180,7 @@ SCREEN_TOLERANCE = 1e-4  # groups this close to the best (relative) are solved t
 
 
 def screen_groups(table: PlanTable, targets: Targets, backend: Backend | str, time_limit_s: float,
-                  mip_gap: float) -> PlanTable:
+                  mip_gap: float) -> tuple[PlanTable, Solved | None]:
     """The table restricted to the hardware groups that can hold the optimum of a problem with one
     training job and no serving (exact: any answer runs its one plan on one group, and leaving the
     other groups empty keeps it feasible at no worse objective, so the optimum is the best of the
@@ -184,8 +190,10 @@ def screen_groups(table: PlanTable, targets: Targets, backend: Backend | str, ti
     taken by an upper bound on their throughput (a plan's rate at its most dp) and skipped once
     that bound is below the best found. What is returned holds every group within
     ``SCREEN_TOLERANCE`` of the best and every group not proven worse (stopped by the clock), so
-    that solving it, tie-break included, gives the answer the program over every group gives."""
+    that solving it, tie-break included, gives the answer the program over every group gives; and
+    when that is one group, its program as solved (status, objective, bound), to go on from."""
     start = time.perf_counter()
+    programs: dict[str, Solved] = {}
     by_group: dict[str, list[Candidate]] = {}
     for c in table.candidates:
         by_group.setdefault(c.group, []).append(c)
@@ -204,9 +212,11 @@ def screen_groups(table: PlanTable, targets: Targets, backend: Backend | str, ti
             unproven.add(h)
             continue
         one = replace(table, candidates=tuple(by_group[h]), groups={h: table.groups[h]})
-        status, objective, _ = _Program(one, targets, backend).optimise(targets, max(1.0, left), mip_gap)
+        program = _Program(one, targets, backend)
+        status, objective, bound = program.optimise(targets, max(1.0, left), mip_gap)
         if status is Status.OPTIMAL and objective is not None:
             solved[h] = objective
+            programs[h] = (program, status, objective, bound)
         elif status is not Status.INFEASIBLE:
             unproven.add(h)
     keep = set(unproven)
@@ -214,5 +224,6 @@ def screen_groups(table: PlanTable, targets: Targets, backend: Backend | str, ti
         best = max(solved.values()) if maximize else min(solved.values())
         slack = SCREEN_TOLERANCE * max(1.0, abs(best))
         keep |= {h for h, v in solved.items() if (v >= best - slack if maximize else v <= best + slack)}
-    return replace(table, candidates=tuple(c for c in table.candidates if c.group in keep),
+    kept = replace(table, candidates=tuple(c for c in table.candidates if c.group in keep),
                    groups={h: g for h, g in table.groups.items() if h in keep})
+    return kept, programs[next(iter(keep))] if len(keep) == 1 and not unproven else None
