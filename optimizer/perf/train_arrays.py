@@ -154,7 +154,10 @@ def data_parallel_comm(m: ModelSpec, hw: Hardware, p: PlanArrays) -> tuple[np.nd
     experts = np.where(multi_ep, shape.expert_params(m) / (p.ep * p.tp * p.pp), 0.0)
     per_step = np.zeros(np.shape(p.tp))
     per_micro_batch = np.zeros(np.shape(p.tp))
-    for local, ep in ((params_per_gpu(m, p) - experts, np.ones_like(p.ep)), (experts, p.ep)):
+    groups = [(params_per_gpu(m, p) - experts, np.ones_like(p.ep))]
+    if np.any(multi_ep):  # without, the experts' pass adds 0.0 to every row (as the scalar model's does)
+        groups.append((experts, p.ep))
+    for local, ep in groups:
         grads = local * p.grad_reduce_bytes
         weights = local * WEIGHT_BYTES
         reduce_grads, reduce_weights = dp_reduce_time(grads, p, hw, ep), dp_reduce_time(weights, p, hw, ep)
