@@ -223,7 +223,7 @@ def test_screening_groups_gives_the_answer_of_the_program_over_every_group(seed,
     gives the optimum, and the tie-broken answer, of the one program over every group."""
     table, targets = random_instance(random.Random(seed), random.Random(seed * 7 + 1), random.Random(seed * 13 + 5))
     screened = solve(table, targets, "ortools", time_limit_s=20, mip_gap=0.0)
-    monkeypatch.setattr(milp, "_one_job", lambda table: False)
+    monkeypatch.setattr(milp, "one_job", lambda table: False)
     whole = solve(table, targets, "ortools", time_limit_s=20, mip_gap=0.0)
     assert screened.status == whole.status, seed
     if whole.status is Status.OPTIMAL:
@@ -236,3 +236,23 @@ def test_screening_instances_have_several_groups():
     several = sum(len(random_instance(random.Random(s), random.Random(s * 7 + 1), random.Random(s * 13 + 5))[0].groups)
                   > 1 for s in range(0, 150, 3))
     assert several >= 25
+
+
+@pytest.mark.parametrize("seed", range(0, 150, 3))
+def test_screening_bounds_never_exceed_a_groups_own_optimum(seed):
+    """The bound each group is screened by (rate ceiling for min_time, cost floor for min_cost) is
+    no better than what the group alone reaches: skipping on it is exact."""
+    from optimizer.milp.program import Program
+    from optimizer.milp.screen import _bound
+
+    table, targets = random_instance(random.Random(seed), random.Random(seed * 7 + 1), random.Random(seed * 13 + 5))
+    for h, g in table.groups.items():
+        cands = [c for c in table.candidates if c.group == h]
+        one = replace(table, candidates=tuple(cands), groups={h: g})
+        status, objective, _ = Program(one, targets, "ortools").optimise(targets, 20, 0.0)
+        bound = _bound(cands, g, targets)
+        if status is Status.OPTIMAL:
+            assert (bound >= objective * (1 - 1e-9) if targets.objective == "min_time"
+                    else bound <= objective * (1 + 1e-9) + 1e-6), (seed, h, bound, objective)
+        elif targets.objective == "min_cost" and math.isinf(bound):
+            assert status is Status.INFEASIBLE, (seed, h)
