@@ -81,10 +81,13 @@ def _worse(bound: float, best: float, maximize: bool) -> bool:
 
 
 def _bound(cands: list[Candidate], g: Group, targets: Targets) -> float:
-    """What a group can reach at best: the highest throughput (min_time), the least TCO (min_cost),
-    or nothing known (min_power: every group is solved)."""
+    """What a group can reach at best: the highest throughput (min_time: a plan's rate at its most
+    dp, or the most the budget buys), the least TCO (min_cost), or nothing known (min_power: every
+    group is solved)."""
     if targets.objective is Objective.MIN_TIME:
-        return max(c.replica_tokens_per_s * c.dp_max for c in cands)
+        most = _gpu_ceiling(g, targets)
+        return max(c.replica_tokens_per_s * _most_dp(c, most)
+                   for c in cands)
     if targets.objective is Objective.MIN_COST:
         return min(_cost_floor(c, g, targets) for c in cands)
     return 0.0
@@ -108,3 +111,21 @@ def _cost_floor(c: Candidate, g: Group, targets: Targets) -> float:
             return g.rent_usd_per_gpu_h * g.rent_hours * gpus
         return g.rent_usd_per_gpu_h * job_gpu_hours(c, targets.job_tokens(c.workload)) * (1.0 - 1e-9)
     return max(0, gpus - g.owned_gpus) * g.gpu_usd
+
+
+def _gpu_ceiling(g: Group, targets: Targets) -> float:
+    """The most GPUs of ``g`` the budget allows (a sweep point's budget may be below the one the
+    table was enumerated at): capex, and rent for an offer's hours, are part of what any budget
+    covers, so GPUs beyond those owned cost at least their price each. Unbounded without a budget,
+    at no price, or on demand (a job's GPU-hours do not grow with its GPUs)."""
+    if targets.budget_usd is None:
+        return math.inf
+    if g.rented:
+        per_gpu = g.rent_usd_per_gpu_h * g.rent_hours
+        return targets.budget_usd // per_gpu if per_gpu > 0 else math.inf
+    return g.owned_gpus + targets.budget_usd // g.gpu_usd if g.gpu_usd > 0 else math.inf
+
+
+def _most_dp(c: Candidate, gpus: float) -> float:
+    """The plan's most dp within ``gpus`` GPUs."""
+    return c.dp_max if math.isinf(gpus) else min(c.dp_max, gpus // c.gpus_per_replica)
