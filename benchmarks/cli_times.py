@@ -24,27 +24,11 @@ from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-IMPOSSIBLE = """schema_version: 1
-name: impossible-405b
-workload: {kind: train, model: llama3-405b, tokens: 15T, precision: bf16}
-objective: min_cost
-deadline_days: 7
-budget: 1M
-site: {datacenter: true}
-"""
-SEVENTY_B = """schema_version: 1
-name: llama3-70b-15t-90d
-workload: {kind: train, model: llama3-70b, tokens: 15T, precision: bf16}
-objective: min_cost
-deadline_days: 90
-site: {datacenter: true}
-"""
+STRESS = ROOT / "benchmarks" / "problems"  # the impossible 405B run and a 1,000-GPU 70B run
 
 
 def cases(tmp: Path) -> list[tuple[str, list[str], str]]:
     """(what, gpuopt arguments, issue 16's target) for every CLI path timed."""
-    (tmp / "impossible.yaml").write_text(IMPOSSIBLE)
-    (tmp / "seventy.yaml").write_text(SEVENTY_B)
     p = "problems/"
     return [
         ("`gpuopt --help`", ["--help"], ""),
@@ -58,8 +42,8 @@ def cases(tmp: Path) -> list[tuple[str, list[str], str]]:
         ("`report lab_budget`", ["report", p + "lab_budget.yaml", "-o", str(tmp / "report.html")], "3 s"),
         ("`compare --model llama2-7b`", ["compare", "--model", "llama2-7b"], "2 s"),
         ("`sweep lab_budget --budget 100k:2M:20`", ["sweep", p + "lab_budget.yaml", "--budget", "100k:2M:20"], "4 s"),
-        ("405B / 15T / 7 days / $1M refused", ["solve", str(tmp / "impossible.yaml")], "2 s"),
-        ("70B / 15T / 90 days (1,000+ GPUs)", ["solve", str(tmp / "seventy.yaml")], "2 s"),
+        ("405B / 15T / 7 days / $1M refused", ["solve", str(STRESS / "impossible_405b.yaml")], "2 s"),
+        ("70B / 15T / 90 days (1,000+ GPUs)", ["solve", str(STRESS / "llama3_70b_15t_90d.yaml")], "2 s"),
     ]
 
 

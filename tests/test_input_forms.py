@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from optimizer.catalog import gpu_names
 from optimizer.cli import main
 from optimizer.validation import thousands_in_flow
+from tests.conftest import ROOT
 
 SERVING = """\
 schema_version: 1
@@ -108,16 +109,7 @@ def test_a_deadline_beyond_a_century_is_bad_input(tmp_path):
     assert r.exit_code == 2 and "field 'deadline_days'" in r.output and "36525" in r.output
 
 
-IMPOSSIBLE = """\
-schema_version: 1
-name: impossible-405b
-workload: {kind: train, model: llama3-405b, tokens: 15T, precision: bf16}
-objective: min_cost
-deadline_days: 7
-budget: 1M
-site: {datacenter: true}
-solver: {time_limit_s: 30}
-"""
+IMPOSSIBLE = (ROOT / "benchmarks" / "problems" / "impossible_405b.yaml").read_text()  # also timed there
 
 
 def test_an_impossible_run_names_every_wall(tmp_path):
