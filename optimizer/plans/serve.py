@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from optimizer.catalog import Catalog, Gpu
 from optimizer.errors import ProblemError
@@ -64,13 +64,16 @@ def enumerate_serving(problem: Problem, catalog: Catalog) -> PlanTable:
         best_miss: dict[str, tuple[float, str]] = {}
         before = len(out)
         effs = {p: catalog.serve_params(gpu_id, p, w.stack) for p in precisions}
+        rated: dict[tuple[str, ServePlan, str], Rated] = {}  # a replica on a server rates alike in every group
         for group in usable:
             hw = catalog.hardware(gpu_id, group.server, None)
             for plan in _layouts(problem, w, catalog, group, precisions):
                 for d in w.demands:
                     tried += 1
-                    found = _candidate(problem, w.model, catalog, group, hw, effs[plan.precision], plan, d,
-                                       dropped, best_miss)
+                    key = (group.server, plan, d.name)
+                    if key not in rated:
+                        rated[key] = _rate(problem, w.model, catalog, gpu_id, hw, effs[plan.precision], plan, d)
+                    found = _candidate(group, d, rated[key], dropped, best_miss)
                     if found is not None:
                         out.append(found)
                         groups[group.key] = group
@@ -102,34 +105,54 @@ def _layouts(problem: Problem, w: ServeWorkload, catalog: Catalog, group: Group,
                     yield replace(plan, attention_dp=True)
 
 
-def _candidate(problem: Problem, m: ModelSpec, catalog: Catalog, group: Group, hw: Hardware, eff: ServeParams,
-               plan: ServePlan, d: Demand, dropped: Counter[str],
-               best_miss: dict[str, tuple[float, str]]) -> ServeCandidate | None:
+@dataclass(frozen=True)
+class Rated:
+    """A replica layout for a request class on one server: at the largest batch within its latency
+    limits (``result``, with the plan at that batch), or why none (``miss``: kind, value, reason)."""
+
+    plan: ServePlan
+    factor: float
+    result: ServeResult | None
+    miss: tuple[str, float, str] | None = None
+
+
+def _rate(problem: Problem, m: ModelSpec, catalog: Catalog, gpu_id: str, hw: Hardware, eff: ServeParams,
+          plan: ServePlan, d: Demand) -> Rated:
     """``plan`` for request class ``d`` on ``hw`` with the engine's parameters ``eff``, at the largest
-    batch within its latency limits, or None (counted in ``dropped``, the closest miss in ``best_miss``)."""
-    gpu_id = group.gpu
+    batch within its latency limits, or the closest miss."""
     plan = replace(plan, input_len=d.input_len, output_len=d.output_len)
     tp, pp, precision = plan.tp, plan.pp, plan.precision
     # a confident plan: rates down, latencies up (more so where the values are borrowed, and at
     # maximum load, which is predicted less well than at a batch)
     factor = confidence_factor(problem, catalog, gpu_id, precision, d)
     if max_batch(m, hw, plan) < 1:
-        dropped["memory"] += 1
         need = serve(m, hw, replace(plan, batch=1), eff).memory_per_gpu / 1e9
-        _note(best_miss, "memory", need, f"memory: needs {need:,.1f} GB per GPU for one {d.name} sequence at "
-              f"TP={tp} PP={pp} {precision}; has {catalog.gpus[gpu_id].memory_bytes / 1e9:,.1f} GB")
-        return None
+        return Rated(plan, factor, None, ("memory", need, f"memory: needs {need:,.1f} GB per GPU for one {d.name} "
+                                          f"sequence at TP={tp} PP={pp} {precision}; has "
+                                          f"{catalog.gpus[gpu_id].memory_bytes / 1e9:,.1f} GB"))
     batch = batch_at_slo(m, hw, plan, eff, d.tpot_s and d.tpot_s * factor, d.ttft_s and d.ttft_s * factor)
     if batch < 1:
-        dropped["latency"] += 1
         one = serve(m, hw, replace(plan, batch=1), eff)
-        _note(best_miss, "latency", one.tpot, _latency_reason(d, one, tp, pp, precision))
+        return Rated(plan, factor, None, ("latency", one.tpot, _latency_reason(d, one, tp, pp, precision)))
+    plan = replace(plan, batch=batch)
+    return Rated(plan, factor, serve(m, hw, plan, eff))
+
+
+def _candidate(group: Group, d: Demand, rated: Rated, dropped: Counter[str],
+               best_miss: dict[str, tuple[float, str]]) -> ServeCandidate | None:
+    """The rated replica as a candidate of ``group``, or None (counted in ``dropped``, the closest
+    miss in ``best_miss``)."""
+    if rated.result is None:
+        assert rated.miss is not None
+        kind, value, reason = rated.miss
+        dropped[kind] += 1
+        _note(best_miss, kind, value, reason)
         return None
-    r = serve(m, hw, replace(plan, batch=batch), eff)
-    layout = f"tp{tp}-pp{pp}" + ("-adp" if plan.attention_dp else "")
-    return ServeCandidate(f"{group.key}/{d.name}/{layout}-{precision}-b{batch}", group.key, d.name,
-                          replace(plan, batch=batch), r.output_tokens_per_s * factor, r.ttft / factor,
-                          r.tpot / factor, r.memory_per_gpu / 1e9)
+    plan, r, factor = rated.plan, rated.result, rated.factor
+    layout = f"tp{plan.tp}-pp{plan.pp}" + ("-adp" if plan.attention_dp else "")
+    return ServeCandidate(f"{group.key}/{d.name}/{layout}-{plan.precision}-b{plan.batch}", group.key, d.name,
+                          plan, r.output_tokens_per_s * factor, r.ttft / factor, r.tpot / factor,
+                          r.memory_per_gpu / 1e9)
 
 
 def _note(best: dict[str, tuple[float, str]], kind: str, value: float, reason: str) -> None:
