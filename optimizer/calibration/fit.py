@@ -151,8 +151,9 @@ class Layout:
                 slot = Slot(name, f"stack:{key}", 1.0, 0.2, 1.5, up, 0.0, 1.0, True)
             else:
                 lo, hi = p.range
-                slot = Slot(name, f"stack:{key}", _prior(p), lo, hi, up if up >= 0 else default, 0.0,
-                            (hi - lo) or 1.0, False)
+                # an unpooled parameter's stack values say nothing of each other's or the default's
+                toward = up if up >= 0 else (default if p.pooled else -1)
+                slot = Slot(name, f"stack:{key}", _prior(p), lo, hi, toward, _prior(p), (hi - lo) or 1.0, False)
             slot_of[key] = self._add(slot)
         return np.array([next((slot_of[k] for k in eff.stack_keys(kind, stack, family, per_family) if k in slot_of), -1)
                          for family, _, stack in contexts])

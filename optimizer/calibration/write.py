@@ -104,6 +104,8 @@ def efficiency_yaml(table: EfficiencyFile, fits: dict[str, tuple[FitResult, Data
                                      "prior_source": p.prior_source, "by": list(p.by)}
             if p.multiply:
                 entry["multiply"] = True
+            if not p.pooled:
+                entry["pooled"] = False
             entry.update(default=p.default.model_dump(), hardware={}, stacks={})
             if kind in fits:
                 for slot, x, (rows, srcs) in zip(result.layout.slots, result.x, support, strict=True):

@@ -89,6 +89,7 @@ class Parameter(_Record):
     by: tuple[Literal["hardware", "stack", "stack@family"], ...] = ()
     default: Value
     multiply: bool = False  # stack values multiply the hardware value (else they replace it)
+    pooled: bool = True  # stack values shrink toward the default (else each toward the prior, on its own)
     hardware: dict[str, Value] = {}  # "family" or "family/precision" → value
     stacks: dict[str, Value] = {}  # stack or engine id (or "id@family") → value (or multiplier)
 

@@ -57,6 +57,7 @@ class ServeParams:
     longest_output: Num = 1.0  # a burst's longest output over its mean output, where lengths vary
     allreduce_latency: Num = 1.0  # multiplier on the links' collective latency (custom all-reduce kernels)
     tp_overlap: Num = 0.0  # share of TP all-reduces hidden behind compute (two-batch overlap)
+    stage_overhead: Num = 0.0  # seconds per sequence per pipeline stage handing a micro-batch on (PP > 1 only)
 
 
 def stack_arrays(records: Sequence[Any], cls: type[T]) -> T:

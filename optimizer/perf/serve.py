@@ -236,7 +236,8 @@ def _prefill(t: ServeTerms, p: ServeParams, prompts: Num, per_width: Num, filled
     compute = prompts * (gemm / (t.peak * p.gemm) + t.prefill_attention_flops / (t.peak_16bit * p.attention))
     stage = (np.maximum(compute / m, t.prefill_weight_bytes / (t.mem_bw * p.mem_bw))
              + t.prefill_dequant_bytes / (t.mem_bw * p.mem_bw)
-             + prompts * t.prefill_comm_bw / m + t.prefill_comm_latency * p.allreduce_latency)
+             + prompts * t.prefill_comm_bw / m + t.prefill_comm_latency * p.allreduce_latency
+             + _handoff(t, p, prompts))
     fill = filled * (t.stages - 1.0)
     return (m + fill) * stage + prompts * t.prefill_send * np.maximum(fill, 1.0) + p.step_overhead
 
@@ -273,12 +274,23 @@ def _decode_step(t: ServeTerms, p: ServeParams, share: Num = 1.0) -> tuple[Num, 
     exposed = comm - np.minimum(p.tp_overlap * comm, work)
     overhead = p.step_overhead + share * t.batch * p.seq_overhead
     launches = t.layers * p.layer_overhead  # per stage: kernel launches not captured in a CUDA graph
-    step = t.slots * (work + exposed + t.send + launches) + overhead
+    handoff = _handoff(t, p, share * t.batch / np.minimum(t.stages, t.batch))  # a micro-batch's sequences
+    step = t.slots * (work + exposed + t.send + launches + handoff) + overhead
     parts = {"weights_read": t.slots * weights / bw, "kv_read": t.slots * share * t.kv_bytes / (t.mem_bw * p.kv_bw),
              "compute": t.slots * (compute + share * t.attention_flops / (t.peak_16bit * p.attention)),
              "gemm": t.slots * gemm, "attention": t.slots * attention, "tp_comm": t.slots * exposed,
-             "pp_send": t.slots * t.send, "launches": t.slots * launches, "overhead": overhead}
+             "pp_send": t.slots * (t.send + handoff), "launches": t.slots * launches, "overhead": overhead}
     return step, parts
+
+
+def _handoff(t: ServeTerms, p: ServeParams, sequences: Num) -> Num:
+    """What an engine spends outside the kernels each time a stage takes a micro-batch of
+    ``sequences`` from the one before (receiving it, scheduling its part of each sequence):
+    ``stage_overhead`` per sequence on every stage hop of a pipelined replica, nothing without
+    pipeline parallelism. TensorRT-LLM's published PP=2/4/8 rows on PCIe cards (a few hundred
+    sequences per micro-batch) scale far below the stages' kernel times without it; one sequence
+    at a time pays next to nothing."""
+    return np.where(t.stages > 1, p.stage_overhead * sequences, 0.0)
 
 
 def serve_time(t: ServeTerms, p: ServeParams) -> ServeTimes:
