@@ -30,25 +30,27 @@ def screen_groups(table: PlanTable, targets: Targets, backend: Backend | str, ti
     groups' own optima, and no program need hold every group at once).
 
     Each group is solved alone for the objective, in order of a bound on what it can reach (the
-    fastest answer: its best plan's rate at its most dp, ``_rate_ceiling``; the cheapest: what the
-    GPUs the deadline needs cost at least, ``_cost_floor``), and the rest are skipped once the bound
-    is worse than the best found. What is returned holds every group within ``SCREEN_TOLERANCE`` of
-    the best and every group not proven worse (stopped by the clock), so that solving it, tie-break
-    included, gives the answer the program over every group gives; and when that is one group, its
-    program as solved (status, objective, bound), to go on from."""
+    fastest answer: its best plan's rate at its most dp or the GPUs the budget buys, ``_bound``; the
+    cheapest: what the GPUs the deadline needs cost at least, ``_cost_floor``), and the rest are
+    skipped once the bound is worse than the best found. What is returned holds every group within
+    ``SCREEN_TOLERANCE`` (or twice the MIP gap, if larger) of the best and every group not proven
+    worse (stopped by the clock), so that solving it, tie-break included, gives the answer the
+    program over every group gives; and when that is one group, its program as solved (status,
+    objective, bound), to go on from."""
     start = time.perf_counter()
     programs: dict[str, Solved] = {}
     by_group: dict[str, list[Candidate]] = {}
     for c in table.candidates:
         by_group.setdefault(c.group, []).append(c)
     maximize = targets.objective.maximize
+    tolerance = max(SCREEN_TOLERANCE, 2.0 * mip_gap)
     reach = {h: _bound(cands, table.groups[h], targets) for h, cands in by_group.items()}
     order = sorted(by_group, key=lambda h: (-reach[h] if maximize else reach[h], h))
     solved: dict[str, float] = {}
     unproven: set[str] = set()
     for h in order:
         best = max(solved.values(), default=None) if maximize else min(solved.values(), default=None)
-        if best is not None and _worse(reach[h], best, maximize):
+        if best is not None and _worse(reach[h], best, maximize, tolerance):
             break  # the rest are bounded worse still
         if math.isinf(reach[h]) and not maximize:
             break  # no plan of this group (or any after it) meets the deadline within its dp range
@@ -67,17 +69,16 @@ def screen_groups(table: PlanTable, targets: Targets, backend: Backend | str, ti
     keep = set(unproven)
     if solved:
         best = max(solved.values()) if maximize else min(solved.values())
-        slack = SCREEN_TOLERANCE * max(1.0, abs(best))
-        keep |= {h for h, v in solved.items() if (v >= best - slack if maximize else v <= best + slack)}
+        keep |= {h for h, v in solved.items() if not _worse(v, best, maximize, tolerance)}
     kept = replace(table, candidates=tuple(c for c in table.candidates if c.group in keep),
                    groups={h: g for h, g in table.groups.items() if h in keep})
     return kept, programs[next(iter(keep))] if len(keep) == 1 and not unproven else None
 
 
-def _worse(bound: float, best: float, maximize: bool) -> bool:
-    """The bound cannot reach within ``SCREEN_TOLERANCE`` of the best."""
-    slack = SCREEN_TOLERANCE * max(1.0, abs(best))
-    return bound < best - slack if maximize else bound > best + slack
+def _worse(value: float, best: float, maximize: bool, tolerance: float) -> bool:
+    """``value`` (a group's bound or optimum) is not within ``tolerance`` (relative) of the best."""
+    slack = tolerance * max(1.0, abs(best))
+    return value < best - slack if maximize else value > best + slack
 
 
 def _bound(cands: list[Candidate], g: Group, targets: Targets) -> float:
