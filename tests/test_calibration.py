@@ -467,3 +467,27 @@ def test_the_mfu_ceiling_is_the_best_published_dense_run(catalog):
     # a run compared on tokens/s gives the MFU the model's own convention reports for it
     c = next(c for c in cases if c.metric == "tokens_per_s_per_gpu")
     assert measured_mfu(c) == pytest.approx(c.measured * float(c.terms.model_flops_per_token) / float(c.terms.peak))
+
+
+def test_an_unpooled_parameter_keeps_each_engine_apart(datasets, catalog):
+    """``stage_overhead`` is fitted per engine and not pooled: each engine's value shrinks toward
+    the prior on its own, so one engine's pipelines neither pull the default nor reach another
+    engine's rows; a pooled parameter's engine values shrink toward the default."""
+    from optimizer.calibration.fit import Layout
+
+    ds = datasets["serving"]
+    sens = crossval.sensitivity(ds, catalog)
+    layout = Layout("serving", catalog.efficiency, ds.contexts, sens, list(range(len(ds.cases))))
+    slots = {(s.param, s.key): (i, s) for i, s in enumerate(layout.slots)}
+    default, _ = slots[("stage_overhead", "default")]
+    engines = [s for (param, key), (_, s) in slots.items() if param == "stage_overhead" and key.startswith("stack:")]
+    assert {s.key for s in engines} >= {"stack:trtllm", "stack:llamacpp"}
+    prior = catalog.efficiency.table.serving["stage_overhead"].prior
+    assert all(s.parent == -1 and s.center == prior for s in engines)
+    pooled = [s for (param, key), (_, s) in slots.items() if param == "step_overhead" and key.startswith("stack:")]
+    step_default, _ = slots[("step_overhead", "default")]
+    assert pooled and all(s.parent >= 0 for s in pooled)
+    assert any(s.parent == step_default for s in pooled)
+    assert catalog.efficiency.table.serving["stage_overhead"].pooled is False
+    assert catalog.efficiency.table.serving["step_overhead"].pooled is True
+    assert default >= 0

@@ -361,9 +361,10 @@ def batch_at_slo(m: ModelSpec, hw: Hardware, plan: ServePlan, params: ServeParam
     """Largest batch (up to what fits) whose TPOT and TTFT stay within their limits (None: no
     limit); 0 when even one sequence misses. Both grow with the batch, so bisection finds it."""
 
-    def ok(batch: int) -> bool:
-        r = serve(m, hw, replace(plan, batch=batch), params)
-        return (tpot_limit is None or r.tpot <= tpot_limit) and (ttft_limit is None or r.ttft <= ttft_limit)
+    def ok(batch: int) -> bool:  # serve()'s TPOT and TTFT, without its memory breakdown
+        t = serve_time(serve_terms(m, hw, replace(plan, batch=batch), batch), params)
+        return ((tpot_limit is None or float(t.tpot) <= tpot_limit)
+                and (ttft_limit is None or float(t.ttft) <= ttft_limit))
 
     cap = max_batch(m, hw, plan)
     if cap < 1 or not ok(1):
