@@ -109,3 +109,45 @@ def test_array_enumeration_gives_the_reference_table(tmp_path, catalog, edit):
     assert fast.candidates == reference.candidates and fast.candidates
     assert (fast.pruned, fast.dropped, fast.enumerated, fast.gpu_reasons) == (
         reference.pruned, reference.dropped, reference.enumerated, reference.gpu_reasons)
+
+
+SERVE_PLANS = [dict(tp=1, pp=1), dict(tp=2, pp=1, precision="fp8", kv_precision="fp8"), dict(tp=1, pp=4),
+               dict(tp=2, pp=2, batching="static"), dict(tp=4, pp=1, prefill_ubatch=512, input_len=2048),
+               dict(tp=8, pp=1, attention_dp=True), dict(tp=1, pp=2, requests=300, variable_lengths=True)]
+
+
+@pytest.mark.parametrize("model", ["llama3.1-8b", "llama2-70b", "qwen3-30b-a3b"])
+@pytest.mark.parametrize("fields_", SERVE_PLANS, ids=lambda f: "-".join(f"{k}{v}" for k, v in f.items()))
+def test_serve_terms_over_batches_are_the_scalar_models_to_the_bit(catalog, model, fields_):
+    from optimizer.perf.serve import ServePlan, serve_terms
+    from optimizer.perf.serve_arrays import serve_terms_at
+
+    m = catalog.models[model].spec()
+    if fields_.get("attention_dp") and not m.moe:
+        pytest.skip("attention data parallelism is an MoE layout")
+    hw = catalog.hardware("h100-sxm", "hgx-hopper-8", None)
+    plan = ServePlan(**{"input_len": 512, "output_len": 256, "precision": "bf16", "kv_precision": "bf16", **fields_})
+    batches = np.array([1, 2, 3, 7, 8, 9, 64, 255, 1000])
+    at = serve_terms_at(m, hw, plan, batches)
+    for i, b in enumerate(batches):
+        scalar = serve_terms(m, hw, plan, int(b))
+        for f in fields(scalar):
+            value = getattr(at, f.name)
+            assert float(value[i] if np.ndim(value) else value) == float(getattr(scalar, f.name)), (b, f.name)
+
+
+@pytest.mark.parametrize("limits", [(0.05, None), (None, 0.5), (0.03, 0.2), (0.2, 2.0), (1e-4, None)])
+def test_batch_at_slo_over_arrays_is_the_bisection_of_the_scalar_model(catalog, limits):
+    from optimizer.perf.serve import ServePlan, max_batch
+    from optimizer.perf.serve import batch_at_slo as one_at_a_time
+    from optimizer.perf.serve_arrays import batch_at_slo
+
+    for model, gpu, server in (("llama3.1-8b", "l40s", "pcie-8"), ("llama2-70b", "h100-sxm", "hgx-hopper-8"),
+                               ("qwen3-30b-a3b", "a100-sxm-80gb", "hgx-ampere-8")):
+        m, hw = catalog.models[model].spec(), catalog.hardware(gpu, server, None)
+        params = catalog.serve_params(gpu, "fp16", "vllm")
+        for plan in (ServePlan(tp=1, pp=1), ServePlan(tp=2, pp=2), ServePlan(tp=4, pp=1, input_len=4096)):
+            if not max_batch(m, hw, plan):
+                continue
+            assert batch_at_slo(m, hw, plan, params, *limits) == one_at_a_time(m, hw, plan, params, *limits), \
+                (model, gpu, plan.tp, plan.pp, limits)

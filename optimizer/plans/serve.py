@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 from optimizer.catalog import Catalog, Gpu
 from optimizer.errors import ProblemError
 from optimizer.perf.params import ServeParams
-from optimizer.perf.serve import ServePlan, ServeResult, batch_at_slo, max_batch, serve
+from optimizer.perf.serve import ServePlan, ServeResult, max_batch, serve
+from optimizer.perf.serve_arrays import batch_at_slo
 from optimizer.perf.specs import Hardware, ModelSpec
 from optimizer.plans.groups import Group, build_groups, group_affordable, group_reason, licensed_gpus, no_group_reason
 from optimizer.plans.table import PlanTable, ServeCandidate, prune_serving

@@ -1,0 +1,109 @@
+"""A serving replica at every batch at once: ``serve_terms`` over an array of batches, and the
+largest batch within latency limits found from it (issue 16: the planner asks this of every
+replica layout, and the one-batch-at-a-time bisection was most of serving's enumeration).
+
+``perf.serve`` is the reference: the fields that vary with the batch are its formulas, written
+with the same operations in the same order over an array, and the rest are taken from it, so the
+two agree to the bit (``tests/test_perf_arrays.py``). Powers and per-width GEMM sums that numpy
+could round differently go through the scalar functions, once per distinct value.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+
+from optimizer.perf import model as shape
+from optimizer.perf.params import ServeParams
+from optimizer.perf.serve import (
+    PREFILL_BATCH,
+    ServeTerms,
+    _per_width,
+    active_matmul_params,
+    routed_matmul_params,
+    serve_terms,
+    serve_time,
+)
+from optimizer.perf.serve import batch_at_slo as one_at_a_time
+from optimizer.perf.serve_memory import (
+    decode_weight_bytes,
+    kv_bytes_per_gpu,
+    max_batch,
+    replicated_attention_bytes,
+    weight_bytes,
+)
+from optimizer.perf.specs import ACT_BYTES, BYTES, Hardware, ModelSpec, ServePlan
+
+MOST_AT_ONCE = 8192  # batches evaluated in one array; beyond it the bisection asks batch by batch
+
+
+def serve_terms_at(m: ModelSpec, hw: Hardware, plan: ServePlan, batches: np.ndarray) -> ServeTerms:
+    """``serve.serve_terms`` at each of ``batches`` (positive integers)."""
+    one = serve_terms(m, hw, plan, 1)
+    b = np.asarray(batches, dtype=np.int64)
+    micro = np.minimum(plan.pp, b)
+    mb = b / micro
+    layers = math.ceil(m.layers / plan.pp)
+    context = plan.input_len + plan.output_len / 2.0
+    if plan.tp > 1:
+        link = hw.group_link(plan.tp)
+        ar_bw = 2.0 * (plan.tp - 1) / plan.tp * (mb * m.hidden * ACT_BYTES) / link.effective_bw
+    else:
+        ar_bw = np.zeros(len(b))
+    # a dense model reads all its weights at any batch; an MoE model the experts its batch touches
+    read = (_distinct(mb, lambda x: decode_weight_bytes(m, plan.precision, x)) if m.moe
+            else np.full(len(b), decode_weight_bytes(m, plan.precision, 1.0)))
+    prompts = b if plan.batching == "static" else np.minimum(b, PREFILL_BATCH)
+    s = plan.input_len
+    chunks = math.ceil(s / plan.prefill_ubatch) if plan.prefill_ubatch else 1
+    link = hw.group_link(plan.gpus)
+    experts = (read - weight_bytes(m, plan.precision) + shape.expert_params(m) * BYTES[plan.precision]) / plan.gpus
+    return replace(
+        one, batch=b.astype(float), slots=np.maximum(micro, plan.pp).astype(float),
+        weight_bytes=read / plan.gpus + replicated_attention_bytes(m, plan),
+        expert_bytes=experts if m.moe else 0.0,
+        kv_bytes=mb * kv_bytes_per_gpu(m, plan, context),
+        gemm_flops=mb * 2.0 * active_matmul_params(m) / plan.gpus,
+        expert_flops=mb * 2.0 * routed_matmul_params(m) / plan.gpus,
+        attention_flops=mb * shape.attention_flops_per_token_layer(m, m.attended(context)) * m.layers / plan.gpus,
+        comm_bw=layers * 2 * ar_bw,
+        send=(mb * m.hidden * ACT_BYTES / link.effective_bw + link.latency) if plan.pp > 1 else 0.0,
+        prefill_prompts=prompts.astype(float),
+        prefill_gemm_per_width=_distinct(prompts, lambda p: _per_width(m, plan, s, p * s / chunks)),
+    )
+
+
+def _distinct(values: np.ndarray, f) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """``f`` (a scalar function) of each value, computed once per distinct value."""
+    distinct, inverse = np.unique(values, return_inverse=True)
+    return np.array([f(v.item()) for v in distinct], dtype=float)[inverse.reshape(-1)]
+
+
+def batch_at_slo(m: ModelSpec, hw: Hardware, plan: ServePlan, params: ServeParams,
+                 tpot_limit: float | None = None, ttft_limit: float | None = None) -> int:
+    """``serve.batch_at_slo``: the same bisection over the same batches, every batch's TPOT and
+    TTFT evaluated in one pass of the model (a dense model, up to ``MOST_AT_ONCE`` batches; an MoE
+    model's expert reads take a power per batch, so it is bisected one batch at a time)."""
+    cap = max_batch(m, hw, plan)
+    if cap < 1:
+        return 0
+    if cap > MOST_AT_ONCE or m.moe:  # an MoE model's weights read vary with every batch: bisect instead
+        return one_at_a_time(m, hw, plan, params, tpot_limit, ttft_limit)
+    t = serve_time(serve_terms_at(m, hw, plan, np.arange(1, cap + 1)), params)
+    ok = np.ones(cap, dtype=bool)
+    if tpot_limit is not None:
+        ok &= np.asarray(t.tpot) <= tpot_limit
+    if ttft_limit is not None:
+        ok &= np.asarray(t.ttft) <= ttft_limit
+    if not ok[0]:
+        return 0
+    lo, hi = 1, cap
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if ok[mid - 1]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
