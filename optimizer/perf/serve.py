@@ -279,7 +279,8 @@ def _decode_step(t: ServeTerms, p: ServeParams, share: Num = 1.0) -> tuple[Num, 
     parts = {"weights_read": t.slots * weights / bw, "kv_read": t.slots * share * t.kv_bytes / (t.mem_bw * p.kv_bw),
              "compute": t.slots * (compute + share * t.attention_flops / (t.peak_16bit * p.attention)),
              "gemm": t.slots * gemm, "attention": t.slots * attention, "tp_comm": t.slots * exposed,
-             "pp_send": t.slots * (t.send + handoff), "launches": t.slots * launches, "overhead": overhead}
+             "pp_send": t.slots * t.send, "pp_handoff": t.slots * handoff, "launches": t.slots * launches,
+             "overhead": overhead}
     return step, parts
 
 
