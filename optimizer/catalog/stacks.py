@@ -253,7 +253,6 @@ def load_efficiency(root: Path) -> Efficiency:
     stacks_file = validate(StacksFile, read_yaml(stacks_path, CatalogError), stacks_path, CatalogError)
     stacks = {s.id: s for s in stacks_file.training}
     engines = {e.id: e for e in stacks_file.serving}
-    families = GPU_FAMILIES
     for kind, entries in (("training", stacks), ("serving", engines)):
         for entry in entries.values():
             if entry.like and entry.like not in entries:
@@ -267,9 +266,9 @@ def load_efficiency(root: Path) -> Efficiency:
         for name, param in params.items():
             for key in param.stacks:
                 engine, _, on = key.partition("@")
-                if on and on not in families:
+                if on and on not in GPU_FAMILIES:
                     raise CatalogError(f"{eff_path}: {kind}.{name}.stacks: '{key}': '{on}' is not a GPU family."
-                                       f"{suggest(on, families)}")
+                                       f"{suggest(on, GPU_FAMILIES)}")
                 if engine not in entries:
                     raise CatalogError(f"{eff_path}: {kind}.{name}.stacks: '{engine}' is not in {stacks_path.name}."
                                        f"{suggest(engine, entries)} To fix: add it there or remove the value.")

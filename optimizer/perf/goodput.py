@@ -17,6 +17,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+import numpy as np
+
+from optimizer.perf.params import Num
+
 
 @dataclass(frozen=True)
 class Reliability:
@@ -45,6 +49,13 @@ def goodput(gpus: int, r: Reliability) -> Goodput:
     rate = gpus * r.interruptions_per_gpu_day / 86400.0  # failures per second of the whole job
     if rate <= 0.0:
         return Goodput(1.0, 0.0, math.inf)
-    waste = math.sqrt(2.0 * r.checkpoint_s * rate) + rate * r.restart_s
     interval = math.sqrt(2.0 * r.checkpoint_s / rate) if r.checkpoint_s > 0 else 0.0
-    return Goodput(1.0 / (1.0 + waste), rate * 86400.0, interval)
+    return Goodput(float(fraction(gpus, r)), rate * 86400.0, interval)
+
+
+def fraction(gpus: Num, r: Reliability) -> Num:
+    """``goodput(gpus, r).fraction``, for one job or an array of them: 1 / (1 + √(2CΛ) + Λ·R)."""
+    rate = gpus * r.interruptions_per_gpu_day / 86400.0
+    if r.interruptions_per_gpu_day <= 0.0:
+        return np.ones(np.shape(gpus)) if np.ndim(gpus) else 1.0
+    return 1.0 / (1.0 + (np.sqrt(2.0 * r.checkpoint_s * rate) + rate * r.restart_s))

@@ -11,7 +11,9 @@ could round differently go through the scalar functions, once per distinct value
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -75,7 +77,7 @@ def serve_terms_at(m: ModelSpec, hw: Hardware, plan: ServePlan, batches: np.ndar
     )
 
 
-def _distinct(values: np.ndarray, f) -> np.ndarray:  # type: ignore[no-untyped-def]
+def _distinct(values: np.ndarray, f: Callable[[Any], float]) -> np.ndarray:
     """``f`` (a scalar function) of each value, computed once per distinct value."""
     distinct, inverse = np.unique(values, return_inverse=True)
     return np.array([f(v.item()) for v in distinct], dtype=float)[inverse.reshape(-1)]

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -80,33 +79,6 @@ def dominates(a: Candidate, b: Candidate) -> bool:
     k = b.gpus_per_replica // a.gpus_per_replica
     return (a.dp_min <= k * b.dp_min and a.dp_max >= k * b.dp_max
             and a.replica_tokens_per_s / a.gpus_per_replica >= b.replica_tokens_per_s / b.gpus_per_replica)
-
-
-class Pruner:
-    """Dominance while candidates are built. A band that some built candidate of its group beats
-    at every GPU count it could use, at a strictly higher rate per GPU than any bound of the
-    band's own rate, would be dropped by ``prune_dominated`` whatever else is built (whatever
-    dominates the winner dominates the band too), so it need not be evaluated or built."""
-
-    def __init__(self) -> None:
-        self.best: dict[str, dict[int, dict[tuple[int, int], float]]] = {}  # group → GPUs/replica → dp range → rate
-        self.skipped = 0  # bands never built: counted with the pruned ones
-
-    def add(self, c: Candidate) -> None:
-        ranges = self.best.setdefault(c.group, {}).setdefault(c.gpus_per_replica, {})
-        rate = c.replica_tokens_per_s / c.gpus_per_replica
-        if rate > ranges.get((c.dp_min, c.dp_max), -math.inf):
-            ranges[(c.dp_min, c.dp_max)] = rate
-
-    def built(self, group: str) -> bool:
-        return group in self.best
-
-    def beaten(self, group: str, gpus_per_replica: int, dp_min: int, dp_max: int, rate_bound: float) -> bool:
-        """True when a built candidate dominates a band (``dominates``) whose tokens/s per GPU is
-        at most ``rate_bound``, with a strictly higher rate."""
-        return any(rate > rate_bound
-                   for ranges, lo, hi in _scaled(self.best.get(group, {}), gpus_per_replica, dp_min, dp_max)
-                   for (a_lo, a_hi), rate in ranges.items() if a_lo <= lo and a_hi >= hi)
 
 
 def _scaled(by_mp: dict[int, V], mp: int, dp_min: int, dp_max: int) -> Iterator[tuple[V, int, int]]:

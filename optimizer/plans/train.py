@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
-from optimizer.catalog import Catalog, Gpu, TrainTraits
+from optimizer.catalog import Catalog, Gpu
 from optimizer.errors import ProblemError
 from optimizer.perf.goodput import goodput
 from optimizer.perf.memory import training_memory
-from optimizer.perf.params import TrainParams
 from optimizer.perf.specs import Hardware, ModelSpec, TrainPlan, evolve
-from optimizer.perf.train import TrainTerms, data_parallel_comm, replica_terms, step_time, step_tokens, train_terms
+from optimizer.perf.train import TrainTerms, step_time, train_terms
 from optimizer.plans.groups import (
     Group,
     build_groups,
@@ -28,17 +27,27 @@ from optimizer.plans.groups import (
     max_gpus,
     no_group_reason,
 )
-from optimizer.plans.table import Candidate, PlanTable, Pruner, prune_dominated
-from optimizer.plans.train_bands import (
-    NODE_BANDS,
-    GpuSetup,
-    Templates,
-    candidate,
-    group_candidates,
-    min_dp_that_fits,
-    templates,
-)
+from optimizer.plans.table import Candidate, PlanTable, prune_dominated
+from optimizer.plans.train_bands import NODE_BANDS, Setup, Templates, candidate, group_candidates, templates
 from optimizer.problem import Problem, TrainWorkload, confidence_factor, tp_fits
+
+
+def min_dp_that_fits(m: ModelSpec, plan: TrainPlan, capacity: float, reserved: float, dp_cap: int) -> int | None:
+    """Smallest dp (in units of ep replicas) whose memory fits (it falls with dp under ZeRO), or None."""
+    def fits(dp: int) -> bool:
+        return training_memory(m, evolve(plan, dp=dp * plan.ep), reserved).total <= capacity
+    if plan.zero == 0 or dp_cap <= 1:
+        return 1 if fits(1) else None
+    if not fits(dp_cap):
+        return None
+    lo, hi = 1, dp_cap
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 def _dp_range(problem: Problem, w: TrainWorkload, group: Group, mp: int, seqs: int,
@@ -114,7 +123,7 @@ def enumerate_plans(problem: Problem, catalog: Catalog, reference: bool = False)
                                                    candidates, reason_counts)
         enumerated += n
         dropped.update(reason_counts)
-        skipped += setup.pruner.skipped + strictly
+        skipped += strictly
         if len(candidates) == before:
             gpu_reasons[gpu_id] = _memory_reason(gpu, best_memory, reason_counts, problem.memory_headroom)
     kept, pruned = prune_dominated(candidates)
@@ -143,7 +152,7 @@ def _gpu_candidates(problem: Problem, w: TrainWorkload, catalog: Catalog, usable
                 by_capacity[capacity] = templates(problem, w, capacity, setup.reserved, setup.traits)
             n, c, built, strictly = group_candidates(
                 problem, w, group, (hw, hw.oversubscribed(group.oversubscription)),
-                GpuSetup(setup.params, setup.mfu_ceiling), by_capacity[capacity], reasons, factor)
+                setup, by_capacity[capacity], reasons, factor)
             out.extend(built)
             skipped += strictly
         enumerated += n
@@ -160,17 +169,6 @@ def _memory_reason(gpu: Gpu, best: tuple[float, str] | None, counts: Counter[str
     if counts:
         return "no plan: " + ", ".join(f"{k} ({v})" for k, v in counts.most_common())
     return "no plan in the search grid"
-
-
-@dataclass(frozen=True)
-class Setup:
-    """What a GPU on the problem's stack brings to every plan: efficiency, memory reserve, traits."""
-
-    params: TrainParams
-    reserved: float
-    traits: TrainTraits
-    mfu_ceiling: float = math.inf  # the highest MFU published dense runs reached (catalog.mfu_ceiling)
-    pruner: Pruner = field(default_factory=Pruner, compare=False)  # the bands built so far on this GPU
 
 
 # what a plan's least data-parallel degree that fits depends on: memory per GPU and the plan's shape
@@ -235,8 +233,8 @@ def _group_candidates(problem: Problem, w: TrainWorkload, group: Group, hw: Hard
 def _add_bands(problem: Problem, w: TrainWorkload, group: Group, links: tuple[Hardware, Hardware], setup: Setup,
                plan: TrainPlan, dp_fit: int, out: list[Candidate], reasons: Counter[str], factor: float = 1.0) -> None:
     """One candidate per node-count band of the plan's data-parallel range, rated at its slowest
-    step and the goodput of its largest job (failures grow with the GPUs: the hot path of
-    enumeration, step time only, memory was checked by the caller)."""
+    step and the goodput of its largest job (failures grow with the GPUs; memory was checked by
+    the caller). The reference for ``train_bands``, which rates every band of a group at once."""
     mp = plan.unit_gpus
     span = _dp_range(problem, w, group, mp, plan.micro_batch * plan.num_micro_batches * plan.ep, dp_fit)
     if span is None:
@@ -244,20 +242,13 @@ def _add_bands(problem: Problem, w: TrainWorkload, group: Group, links: tuple[Ha
         return
     lo, hi = span
     per_node = max(1, group.slots // mp)
-    floor_terms: tuple[TrainTerms, float] | None = None
     for band_lo, band_hi in _dp_bands(lo, hi, per_node, group.fabric is not None):
         good = goodput(band_hi * mp, group.reliability(problem.reliability)).fraction
-        if setup.pruner.built(group.key):
-            floor_terms = floor_terms or _step_floor(w, links, plan, setup, lo)
-            if _beaten(setup, w, group, plan, band_lo, band_hi, floor_terms, factor * good):
-                setup.pruner.skipped += 1
-                continue
         rate = band_rate(w, group, links, setup, plan, band_lo, band_hi, factor * good)
         if rate is None:
             reasons["mfu ceiling"] += 1  # faster than any published run on this GPU: a model error, not a plan
             continue
         out.append(candidate(group, plan, band_lo, band_hi, rate))
-        setup.pruner.add(out[-1])
 
 
 def band_rate(w: TrainWorkload, group: Group, links: tuple[Hardware, Hardware], setup: Setup, plan: TrainPlan,
@@ -283,33 +274,6 @@ def band_rate(w: TrainWorkload, group: Group, links: tuple[Hardware, Hardware], 
             and _mfu(*_at_dp(w, links, group, plan, band_lo, setup)) > ceiling):
         return None
     return float(terms.tokens_per_step) / band_hi / step * scale
-
-
-def _step_floor(w: TrainWorkload, links: tuple[Hardware, Hardware], plan: TrainPlan,
-                setup: Setup, dp_least: int) -> tuple[TrainTerms, float]:
-    """A replica's terms with the data-parallel traffic of the plan's least dp (it only grows
-    with dp: the ring and the node count grow, the links get no faster), no optimizer step or
-    straggler allowance (one node, the fabric within a leaf), and the step time they give: no
-    band of the plan steps faster, since the step only grows with each of them (``step_time``
-    adds them, exposed, at nonnegative weights) and across leaves the links are slower still."""
-    at = evolve(plan, dp=dp_least * plan.ep)
-    dp_step, fsdp_mb = data_parallel_comm(w.model, links[0], at)
-    t = evolve(replica_terms(w.model, links[0], at), dp_comm=dp_step, fsdp_comm=fsdp_mb)
-    return t, float(step_time(t, setup.params).total)
-
-
-def _beaten(setup: Setup, w: TrainWorkload, group: Group, plan: TrainPlan, band_lo: int, band_hi: int,
-            floor: tuple[TrainTerms, float], scale: float) -> bool:
-    """True when the band need not be built: its rate at the floor step (a bound on the rate
-    ``_add_bands`` would give it, computed the same way) is strictly beaten by a built candidate
-    that dominates it, and not even the floor step takes it above the MFU ceiling (so it would
-    not have been dropped for that either; the margin covers rounding)."""
-    terms, step = floor
-    tokens = step_tokens(w.model, evolve(plan, dp=band_hi * plan.ep))
-    mp = plan.unit_gpus
-    if _mfu(evolve(terms, tokens_per_step=tokens), step, band_hi * mp) > setup.mfu_ceiling * (1.0 - 1e-9):
-        return False
-    return setup.pruner.beaten(group.key, mp, band_lo, band_hi, tokens / band_hi / step * scale / mp)
 
 
 def _mfu(terms: TrainTerms, step: float, gpus: int) -> float:

@@ -11,6 +11,7 @@ survives to drop another). ``tests/test_perf_arrays.py`` checks the two tables a
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,10 +20,9 @@ import numpy as np
 
 from optimizer.catalog import TrainTraits
 from optimizer.perf import train_arrays as arrays
-from optimizer.perf.goodput import Reliability
-from optimizer.perf.memory import training_memory
+from optimizer.perf.goodput import fraction as goodput_fraction
 from optimizer.perf.params import Num, TrainParams
-from optimizer.perf.specs import RECOMPUTE_MODES, Hardware, ModelSpec, TrainPlan, evolve
+from optimizer.perf.specs import RECOMPUTE_MODES, Hardware, TrainPlan, evolve
 from optimizer.perf.train import TrainTerms, step_time
 from optimizer.plans.groups import Group, max_gpus
 from optimizer.plans.table import Candidate
@@ -43,6 +43,16 @@ class Templates:
     stages: np.ndarray  # (combo, micro-batches per stage) pairs of the combos that fit
     plans: arrays.PlanArrays  # dp: the least that fits
     stage: np.ndarray  # per plan: its row in ``stages``
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What a GPU on the problem's stack brings to every plan: efficiency, memory reserve, traits."""
+
+    params: TrainParams
+    reserved: float
+    traits: TrainTraits
+    mfu_ceiling: float = math.inf  # the highest MFU published dense runs reached (catalog.mfu_ceiling)
 
 
 def templates(problem: Problem, w: TrainWorkload, capacity: float, reserved: float,
@@ -85,26 +95,8 @@ def _columns(rows: Sequence[tuple[int, ...]], w: TrainWorkload, traits: TrainTra
                              flash_attention=traits["flash_attention"], grad_reduce_bytes=traits["grad_reduce_bytes"])
 
 
-def min_dp_that_fits(m: ModelSpec, plan: TrainPlan, capacity: float, reserved: float, dp_cap: int) -> int | None:
-    """Smallest dp (in units of ep replicas) whose memory fits (it falls with dp under ZeRO), or None."""
-    def fits(dp: int) -> bool:
-        return training_memory(m, evolve(plan, dp=dp * plan.ep), reserved).total <= capacity
-    if plan.zero == 0 or dp_cap <= 1:
-        return 1 if fits(1) else None
-    if not fits(dp_cap):
-        return None
-    lo, hi = 1, dp_cap
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if fits(mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
-
-
 def group_candidates(problem: Problem, w: TrainWorkload, group: Group, links: tuple[Hardware, Hardware],
-                     setup: GpuSetup, t: Templates, reasons: Counter[str], factor: float
+                     setup: Setup, t: Templates, reasons: Counter[str], factor: float
                      ) -> tuple[int, tuple[float, str] | None, list[Candidate], int]:
     """The group's candidates: (templates tried, least memory that failed, candidates, bands
     dropped as strictly dominated), counting drop reasons into ``reasons``."""
@@ -130,7 +122,7 @@ def group_candidates(problem: Problem, w: TrainWorkload, group: Group, links: tu
                                    multi)
     bands = plans.take(tpl)
     rate, dropped = _rates(w, group, links, setup, bands, band_lo, band_hi,
-                           factor * _goodput(band_hi * bands.unit_gpus, group.reliability(problem.reliability)))
+                           factor * goodput_fraction(band_hi * bands.unit_gpus, group.reliability(problem.reliability)))
     _count(reasons, "mfu ceiling", dropped)  # faster than any published run: a model error
     mp = bands.unit_gpus
     keep = ~dropped
@@ -144,14 +136,6 @@ def _count(reasons: Counter[str], reason: str, rows: np.ndarray) -> None:
     """Count the rows where ``rows`` holds under ``reason`` (no entry for none, as one at a time)."""
     if n := int(rows.sum()):
         reasons[reason] += n
-
-
-@dataclass(frozen=True)
-class GpuSetup:
-    """What the GPU on the problem's stack brings to every band: efficiency and the MFU ceiling."""
-
-    params: TrainParams
-    mfu_ceiling: float
 
 
 def _dp_range(problem: Problem, w: TrainWorkload, group: Group, mp: np.ndarray, seqs: np.ndarray,
@@ -184,14 +168,6 @@ def _bands(lo: np.ndarray, hi: np.ndarray, per_node: np.ndarray, multi: bool
     return tuple(np.concatenate([p[k] for p in parts])[order] for k in range(3))  # type: ignore[return-value]
 
 
-def _goodput(gpus: np.ndarray, r: Reliability) -> np.ndarray:
-    """``perf.goodput.goodput(...).fraction`` per row."""
-    rate = gpus * r.interruptions_per_gpu_day / 86400.0
-    if r.interruptions_per_gpu_day <= 0.0:
-        return np.ones(np.shape(gpus))
-    return 1.0 / (1.0 + (np.sqrt(2.0 * r.checkpoint_s * rate) + rate * r.restart_s))
-
-
 def _terms_at(w: TrainWorkload, links: tuple[Hardware, Hardware], group: Group, plans: arrays.PlanArrays,
               dp: np.ndarray) -> TrainTerms:
     """``plans.train._terms_at`` per row: the terms at ``dp`` (units of ep replicas), across leaves
@@ -210,8 +186,8 @@ def _mfu(terms: TrainTerms, step: Num, gpus: np.ndarray) -> np.ndarray:
     return np.asarray(terms.model_flops_per_token * terms.tokens_per_step / gpus / step / terms.peak)
 
 
-def _rates(w: TrainWorkload, group: Group, links: tuple[Hardware, Hardware], setup: GpuSetup,
-           bands: arrays.PlanArrays, lo: np.ndarray, hi: np.ndarray, scale: np.ndarray
+def _rates(w: TrainWorkload, group: Group, links: tuple[Hardware, Hardware], setup: Setup,
+           bands: arrays.PlanArrays, lo: np.ndarray, hi: np.ndarray, scale: Num
            ) -> tuple[np.ndarray, np.ndarray]:
     """(tokens/s per unit of ep replicas, dropped at the MFU ceiling) per band, as
     ``plans.train._add_bands`` rates them: the slowest step in the band (communication at its
