@@ -209,6 +209,22 @@ def test_attention_data_parallel_keeps_each_gpus_own_kv_and_the_attention_weight
     assert serve(m, hw, replace(one, attention_dp=True), params) == serve(m, hw, one, params)
 
 
+
+def test_attention_data_parallel_communicates_once_per_layer(catalog):
+    """Under TP a layer all-reduces twice (after attention, after the MLP); with attention-DP only
+    the MoE block gathers its tokens and scatters the results back: one all-reduce's bytes and
+    steps per layer, in decode and prefill alike. Without TP there is nothing to send."""
+    from optimizer.perf.serve import serve_terms
+
+    m = catalog.models["deepseek-r1"].spec()
+    hw = catalog.hardware("h200-sxm", "hgx-hopper-8", None)
+    tp = ServePlan(tp=8, precision="fp8", kv_precision="fp8", input_len=1000, output_len=1000)
+    t, d = serve_terms(m, hw, tp, 64), serve_terms(m, hw, replace(tp, attention_dp=True), 64)
+    for name in ("comm_bw", "comm_latency", "prefill_comm_bw", "prefill_comm_latency"):
+        assert getattr(d, name) == pytest.approx(getattr(t, name) / 2) and getattr(t, name) > 0
+    one = serve_terms(m, hw, replace(tp, tp=1, attention_dp=True), 64)
+    assert one.comm_bw == one.prefill_comm_bw == 0.0
+
 def _times(plan: ServePlan, hw: Hardware = H100):
     from optimizer.perf.serve import serve_terms, serve_time
 

@@ -162,6 +162,16 @@ def _allreduce_parts(nbytes: float, hw: Hardware, plan: ServePlan) -> tuple[floa
     return 2.0 * (plan.tp - 1) / plan.tp * nbytes / link.effective_bw, collective_latency(plan.tp, link)
 
 
+def collectives_per_layer(plan: ServePlan) -> int:
+    """All-reduce equivalents per layer in a TP group. Tensor parallelism all-reduces twice (after
+    attention and after the MLP; Shoeybi et al. 2019, fig. 3). With attention data parallelism
+    each GPU runs attention for its own sequences with the whole attention weights, so only the
+    MoE block communicates: its tokens are all-gathered into the group and the expert outputs
+    reduce-scattered back, one all-reduce's bytes and steps (a ring all-reduce is a reduce-scatter
+    and an all-gather; TensorRT-LLM's DeepSeek-R1 throughput blog, SGLang's DP-attention blog)."""
+    return 1 if plan.attention_dp else 2
+
+
 def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> ServeTerms:
     """The work of one replica at ``batch`` sequences in flight."""
     if plan.precision not in FORMATS or plan.kv_precision not in KV_PRECISIONS:
@@ -177,6 +187,7 @@ def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> Serv
     s = plan.input_len
     chunks = math.ceil(s / plan.prefill_ubatch) if plan.prefill_ubatch else 1
     p_bw, p_lat = _allreduce_parts(s * m.hidden * ACT_BYTES, hw, plan)
+    collectives = collectives_per_layer(plan)
     read = decode_weight_bytes(m, plan.precision, mb)  # the weights (and experts) one step touches
     replicated = replicated_attention_bytes(m, plan)
     link = hw.group_link(plan.gpus)
@@ -192,7 +203,7 @@ def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> Serv
         gemm_flops=mb * 2.0 * active_matmul_params(m) / plan.gpus,
         expert_flops=mb * 2.0 * routed_matmul_params(m) / plan.gpus,
         attention_flops=mb * shape.attention_flops_per_token_layer(m, attended) * m.layers / plan.gpus,
-        comm_bw=layers * 2 * ar_bw, comm_latency=layers * 2 * ar_lat,
+        comm_bw=layers * collectives * ar_bw, comm_latency=layers * collectives * ar_lat,
         send=p2p_time(mb * m.hidden * ACT_BYTES, link) if plan.pp > 1 else 0.0,
         prefill_prompts=float(prompts), prefill_chunks=float(chunks),
         prefill_gemm_flops=2.0 * active_matmul_params(m) * s / plan.gpus,
@@ -204,7 +215,7 @@ def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> Serv
         / plan.gpus,
         prefill_weight_bytes=weight_bytes(m, plan.precision) / plan.gpus + replicated,
         prefill_dequant_bytes=dequant_bytes(m, plan) / plan.gpus,
-        prefill_comm_bw=layers * 2 * p_bw, prefill_comm_latency=layers * 2 * p_lat,
+        prefill_comm_bw=layers * collectives * p_bw, prefill_comm_latency=layers * collectives * p_lat,
         prefill_send=(s / chunks * m.hidden * ACT_BYTES / link.effective_bw + link.latency) if plan.pp > 1 else 0.0,
         stages=float(plan.pp), peak=gemm_peak(dev, plan),
         peak_16bit=dev.peak_of("bf16", "fp16"), mem_bw=dev.mem_bw,
