@@ -29,14 +29,15 @@ from optimizer.estimate import estimate_serve as _estimate_serve
 from optimizer.estimate import estimate_train as _estimate_train
 from optimizer.milp import MilpSolution
 from optimizer.milp import solve as _solve
-from optimizer.plans import PlanTable
+from optimizer.plans import PlanTable, enumerate_candidates
 from optimizer.problem import Problem, ServeWorkload, TrainWorkload, load_priced, problem_from_data, with_prices
 from optimizer.recommend import plan_table, targets_of
 from optimizer.recommend import recommend as _recommend
 from optimizer.results import Answer, Calibration, Comparison, Explained, GpuHoursTable, Plans, Sweep
-from optimizer.tradeoffs.axes import default_axis, parse_axes
+from optimizer.tradeoffs.axes import Axis, default_axis, loosest, parse_axes
 from optimizer.tradeoffs.compare import compare as _compare
 from optimizer.tradeoffs.explain import explain as _explain
+from optimizer.tradeoffs.explain import loosened, relaxed
 from optimizer.tradeoffs.sweep import run_sweep
 
 if TYPE_CHECKING:  # the calibration stage (scipy) loads when validate or fit is called
@@ -238,15 +239,30 @@ def report(problem: Problem, sweep_points: int = 8, workers: int = 1, backend: s
     if stage:
         stage("solved; explaining every GPU type")
     catalog = answer.catalog
-    explanation = _explain(problem, catalog, backend, time_limit_s, answer.recommendation.table)
+    axes = [default_axis(problem, sweep_points)] if sweep_points else []
+    wide = _shared_wide_table(problem, catalog, axes)
+    explanation = _explain(problem, catalog, backend, time_limit_s, answer.recommendation.table, wide)
     result = png = None
-    if sweep_points:
+    if axes:
         if stage:
             stage(f"sweeping {sweep_points} points")
-        result = run_sweep(problem, catalog, [default_axis(problem, sweep_points)], backend or problem.solver.backend,
-                           time_limit_s or problem.solver.time_limit_s, workers)
+        result = run_sweep(problem, catalog, axes, backend or problem.solver.backend,
+                           time_limit_s or problem.solver.time_limit_s, workers, table=wide)
         png = sweep_png(result)
     return render_html(answer.to_dict(), result, png, explanation)
+
+
+def _shared_wide_table(problem: Problem, catalog: Catalog, axes: list[Axis]) -> PlanTable | None:
+    """One plan table for both the sweep and explain's relaxations, enumerated at limits at least
+    as loose as either needs (the sweep's loosest point, the limits relaxed by explain's step): a
+    plan table at looser limits holds every plan of a tighter one. None without a sweep, or when
+    the sweep's loosest point changes prices (its table would not be this catalog's)."""
+    if not axes:
+        return None
+    loose, loose_catalog = loosest(problem, catalog, axes)
+    if loose_catalog is not catalog:
+        return None
+    return enumerate_candidates(loosened(loose, relaxed(problem)), catalog)
 
 
 def fit(catalog_dir: Path | str | None = None, check: bool = False,

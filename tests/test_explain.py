@@ -68,6 +68,29 @@ def test_relaxing_a_binding_budget_is_priced(tmp_path, catalog):
     assert not power.binding and power.slack > 0  # 200 kW is far from binding
 
 
+@pytest.mark.parametrize("name", ["lab_budget", "lab_quotes"])
+def test_relaxations_over_the_reports_shared_wider_table_are_the_same(catalog, name):
+    """``report`` enumerates one table for its sweep (budget up to x2) and explain's relaxations
+    (+10 % budget and power) at the looser of both limits; every relaxation priced over it is the
+    one priced over explain's own table (the plan, its days, rate and costs; the solver's own
+    objective value may differ in the last digits, its bands being cut at other dp)."""
+    from optimizer.plans import enumerate_candidates
+    from optimizer.problem import load_priced
+    from optimizer.tradeoffs.axes import default_axis, loosest
+    from optimizer.tradeoffs.explain import loosened, relaxed
+
+    p, cat = load_priced(ROOT / "problems" / f"{name}.yaml", catalog)
+    loose, _ = loosest(p, cat, [default_axis(p, 8)])
+    wide = enumerate_candidates(loosened(loose, relaxed(p)), cat)
+    own = enumerate_candidates(relaxed(p), cat)
+    assert len(wide.candidates) > len(own.candidates)
+    def seen(e):
+        return [replace(r, row=replace(r.row, objective=None, gap=None)) for r in e.relaxations]
+
+    shared, alone = explain(p, cat, wide=wide), explain(p, cat)
+    assert shared.relaxations and seen(shared) == seen(alone)
+
+
 @pytest.mark.parametrize("limits", ["deadline_days: 0.3\nbudget: {usd: 2M}", "deadline_days: 10\npower: 4",
                                     "deadline_days: 10\npower: 2"])
 def test_repairs_are_smallest_and_work(tmp_path, catalog, limits):

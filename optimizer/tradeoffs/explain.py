@@ -96,13 +96,28 @@ def gpu_options(problem: Problem, catalog: Catalog, table: PlanTable, backend: s
     return sorted(options, key=lambda o: (rank[o.outcome], speed(o) if o.row else 0.0, o.gpu))
 
 
-def relaxations(problem: Problem, catalog: Catalog, best: SweepRow, backend: str,
-                limit: float) -> list[Relaxation]:
-    """Budget, power cap and deadline, each relaxed by STEP over one table enumerated at the
-    relaxed limits (so every comparison is between solves over the same plans)."""
-    wide = replace(problem, budget_usd=problem.budget_usd and problem.budget_usd * (1 + STEP),
+def relaxed(problem: Problem) -> Problem:
+    """The problem with its budget and power cap relaxed by STEP: its plan table holds every plan
+    the relaxations compare (the budget and power bound each plan's GPU count)."""
+    return replace(problem, budget_usd=problem.budget_usd and problem.budget_usd * (1 + STEP),
                    power_cap_w=problem.power_cap_w and problem.power_cap_w * (1 + STEP))
-    table = enumerate_candidates(wide, catalog)
+
+
+def loosened(problem: Problem, other: Problem) -> Problem:
+    """``problem`` with a budget and a power cap no tighter than ``other``'s (None: no limit)."""
+    def looser(a: float | None, b: float | None) -> float | None:
+        return None if a is None or b is None else max(a, b)
+
+    return replace(problem, budget_usd=looser(problem.budget_usd, other.budget_usd),
+                   power_cap_w=looser(problem.power_cap_w, other.power_cap_w))
+
+
+def relaxations(problem: Problem, catalog: Catalog, best: SweepRow, backend: str,
+                limit: float, wide: PlanTable | None = None) -> list[Relaxation]:
+    """Budget, power cap and deadline, each relaxed by STEP over one table enumerated at the
+    relaxed limits (so every comparison is between solves over the same plans). ``wide``: a table
+    the caller enumerated at limits at least as loose (``relaxed``), used instead."""
+    table = wide or enumerate_candidates(relaxed(problem), catalog)
     base = _row(problem, catalog, table, backend, limit)
     out = []
     spend = best.tco if problem.budget_covers is BudgetCovers.TCO else best.capex
@@ -114,15 +129,17 @@ def relaxations(problem: Problem, catalog: Catalog, best: SweepRow, backend: str
     for name, current, slack in limits:
         if current is None:
             continue
-        relaxed = Repair(name, current, current * (1 + STEP)).apply(problem)
-        row = _row(relaxed, catalog, table, backend, limit)
+        looser = Repair(name, current, current * (1 + STEP)).apply(problem)
+        row = _row(looser, catalog, table, backend, limit)
         out.append(Relaxation(name, current, slack, current * (1 + STEP), _better(problem, row, base), row))
     return out
 
 
 def explain(problem: Problem, catalog: Catalog, backend: str | None = None,
-            time_limit_s: float | None = None, table: PlanTable | None = None) -> Explanation:
-    """``table``: the problem's plans if the caller has them already (they are enumerated otherwise)."""
+            time_limit_s: float | None = None, table: PlanTable | None = None,
+            wide: PlanTable | None = None) -> Explanation:
+    """``table``: the problem's plans if the caller has them already (they are enumerated otherwise);
+    ``wide``: plans at limits at least as loose as ``relaxed(problem)``, for the relaxations."""
     backend = backend or problem.solver.backend
     limit = time_limit_s or problem.solver.time_limit_s
     table = table or enumerate_candidates(problem, catalog)
@@ -135,7 +152,8 @@ def explain(problem: Problem, catalog: Catalog, backend: str | None = None,
         hints = feasibility_hints(problem, catalog, table, backend, limit, found=fixes)
         return Explanation(problem, tuple(options), None, (), tuple(fixes), why, tuple(hints))
     options = gpu_options(problem, catalog, table, backend, limit, best.gpu)  # a serving mix names no one GPU
-    return Explanation(problem, tuple(options), best, tuple(relaxations(problem, catalog, best, backend, limit)), ())
+    relax = relaxations(problem, catalog, best, backend, limit, wide)
+    return Explanation(problem, tuple(options), best, tuple(relax), ())
 
 
 def _limit_text(limit: str, value: float) -> str:

@@ -22,15 +22,14 @@ CATEGORY_LABELS = {"gpu": "GPUs", "server": "server platforms", "nic": "NICs", "
 def sweep_png(result: SweepResult) -> bytes:
     """Left: cost against days (training) or output tokens/s (serving), one marker colour per GPU
     choice, the Pareto frontier joined. Right: each point's cost stacked by category."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
+    # the object-oriented API without pyplot (0.17 s less to import; nothing global to close)
+    from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter
 
     serve = result.problem.serving is not None
     feasible = [r for r in result.rows if r.feasible]
-    fig, (ax, bars) = plt.subplots(1, 2, figsize=(13, 5.2), dpi=100)
+    fig = Figure(figsize=(13, 5.2), dpi=100)
+    ax, bars = fig.subplots(1, 2)
     money = FuncFormatter(lambda v, _: f"${v / 1e6:,.2f}M" if abs(v) >= 1e6 else f"${v / 1e3:,.0f}k")
     choices = sorted({r.gpu for r in feasible})
     for k, gpu in enumerate(choices):
@@ -69,7 +68,6 @@ def sweep_png(result: SweepResult) -> bytes:
     fig.tight_layout()
     out = io.BytesIO()
     fig.savefig(out, format="png", metadata={"Software": None})
-    plt.close(fig)
     return out.getvalue()
 
 
