@@ -20,7 +20,7 @@ from optimizer.perf.model import (
 from optimizer.perf.serve import kv_bytes_per_token
 
 NEW_MOE = ("mixtral-8x22b", "deepseek-r1", "deepseek-v3.1", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-20b",
-           "gpt-oss-120b", "llama4-maverick", "glm-4.5", "glm-4.6", "glm-4.5-air")
+           "gpt-oss-120b", "llama4-maverick", "glm-4.5", "glm-4.6", "glm-4.5-air", "kimi-k2")
 
 
 def test_every_moe_preset_has_a_published_active_count_within_two_percent(catalog):
@@ -75,6 +75,20 @@ def test_gpt_oss_120b_matches_the_model_cards_component_counts(catalog):
     assert embedding_params(m) / 1e9 == pytest.approx(1.16, rel=0.005)
     # the card's 5.13 B active counts the unembedding, not the input-embedding lookup
     assert (active_param_count(m) - 201088 * 2880) / 1e9 == pytest.approx(5.13, rel=0.002)
+
+
+def test_kimi_k2_is_deepseek_v3s_architecture_at_384_experts(catalog):
+    """Kimi K2's config: DeepSeek-V3's layer with 64 MLA heads (not 128), 384 routed experts (not 256) and one
+    dense layer (not 3), vocab 163,840. Its card's '32 billion activated' leaves out the input-embedding lookup,
+    as DeepSeek-V3's '37B' does: rounded, 36.63B without it gives 37 and 37.55B with it would give 38."""
+    k, v3 = catalog.models["kimi-k2"].spec(), catalog.models["deepseek-v3"].spec()
+    assert (k.heads, k.experts, k.dense_layers, k.moe_layers, k.vocab) == (64, 384, 1, 60, 163840)
+    assert (k.hidden, k.expert_ffn_hidden, k.kv_lora_rank, k.q_lora_rank) == (v3.hidden, 2048, 512, 1536)
+    assert param_count(k) / 1e9 == pytest.approx(1026.5, rel=0.001)  # the Hub's safetensors count
+    lookup = 163840 * 7168
+    assert round((active_param_count(k) - lookup) / 1e9) == 32
+    assert round((active_param_count(v3) - 129280 * 7168) / 1e9) == 37
+    assert round(active_param_count(v3) / 1e9) == 38
 
 
 def test_gemma3_non_embedding_counts_match_the_report(catalog):
