@@ -20,7 +20,7 @@ from optimizer.perf.model import (
 from optimizer.perf.serve import kv_bytes_per_token
 
 NEW_MOE = ("mixtral-8x22b", "deepseek-r1", "deepseek-v3.1", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-20b",
-           "gpt-oss-120b", "llama4-maverick", "glm-4.5", "glm-4.6", "glm-4.5-air", "kimi-k2")
+           "gpt-oss-120b", "llama4-maverick", "glm-4.5", "glm-4.6", "glm-4.5-air", "kimi-k2", "llama4-scout")
 
 
 def test_every_moe_preset_has_a_published_active_count_within_two_percent(catalog):
@@ -118,6 +118,7 @@ def test_qwen25_half_b_is_the_released_checkpoint_less_its_qkv_biases(catalog):
     ("gemma3-12b", 1024, 6, 48),  # sliding_window_pattern 6: every sixth layer is global
     ("gemma3-27b", 1024, 6, 62),  # global layers 6, 12, ..., 60: 10 of 62
     ("llama4-maverick", 8192, 4, 48),  # every fourth layer global (NoPE), the others chunked (approximated)
+    ("llama4-scout", 8192, 4, 48),
 ])
 def test_windowed_layers_follow_the_configs(catalog, preset, window, period, layers):
     m = catalog.models[preset].spec()
@@ -134,6 +135,21 @@ def test_llama4_maverick_interleaves_dense_and_moe_layers(catalog):
     m = catalog.models["llama4-maverick"].spec()
     assert (m.moe_layers, m.dense_layers, m.ffn_hidden, m.expert_ffn_hidden) == (24, 24, 16384, 8192)
     assert (m.experts, m.experts_active, m.shared_experts) == (128, 1, 1)
+
+
+def test_llama4_scout_is_all_moe_and_its_card_counts_the_vision_encoder(catalog):
+    """Scout: every layer MoE (16 experts, top-1, a shared expert), no dense layer. The card's 109B total is the
+    whole multimodal checkpoint: the text model from config.json plus the vision encoder and projector worked
+    out by hand from vision_config (34 layers of width 1,408, MLP 5,632, with biases)."""
+    m = catalog.models["llama4-scout"].spec()
+    assert (m.moe_layers, m.dense_layers, m.experts, m.experts_active, m.shared_experts) == (48, 0, 16, 1, 1)
+    layer = 4 * 1408 * 1408 + 4 * 1408 + 2 * 1408 * 5632 + 5632 + 1408 + 4 * 1408  # attention, MLP, 2 norms
+    vision = (34 * layer + 1408 + 577 * 1408 + 3 * 14 * 14 * 1408 + 4 * 1408  # class, position, patch, norms
+              + 5632 * 4096 + 4096 * 4096 + 4096 * 5120)  # pixel-shuffle adapter, projector to the text width
+    assert vision == 871_932_416
+    assert round((param_count(m) + vision) / 1e9) == 109
+    assert catalog.models["llama4-scout"].published_params_b == pytest.approx(109 - vision / 1e9, abs=0.005)
+    assert round(active_param_count(m) / 1e9) == 17  # Meta counts the input embedding in the 17B
 
 
 @pytest.mark.parametrize(("copy", "original"), [
