@@ -117,7 +117,7 @@ def relaxations(problem: Problem, catalog: Catalog, best: SweepRow, backend: str
     """Budget, power cap and deadline, each relaxed by STEP over one table enumerated at the
     relaxed limits (so every comparison is between solves over the same plans). ``wide``: a table
     the caller enumerated at limits at least as loose (``relaxed``), used instead."""
-    table = wide or enumerate_candidates(relaxed(problem), catalog)
+    table = wide if wide is not None else enumerate_candidates(relaxed(problem), catalog)
     base = _row(problem, catalog, table, backend, limit)
     out = []
     spend = best.tco if problem.budget_covers is BudgetCovers.TCO else best.capex
