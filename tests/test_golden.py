@@ -163,6 +163,27 @@ def test_moe_memory_expert_parallel_shards_only_the_experts(catalog):
     assert eight.weights == pytest.approx(2 * (param_count(m) - expert_params(m) * 7 / 8))
     assert eight.activations == one.activations  # EP moves tokens, not activations
 
+@pytest.mark.parametrize("zero", [1, 2, 3])
+@pytest.mark.parametrize("ep", [1, 2, 8])
+def test_zero_shards_expert_state_over_the_expert_data_parallel_group(catalog, ep, zero):
+    """Each expert lives on dp/ep of the dp ranks (the expert-data-parallel group), so ZeRO shards its
+    state over those, the dense part's over all dp: summed over the tp x dp GPUs, every state is held
+    exactly once, whatever ep. (Sharding expert state over all dp put 96 Mixtral GPUs at EP=8 at a
+    sixth of one copy of its Adam state.)"""
+    from optimizer.perf.model import expert_params
+
+    m = catalog.models["mixtral-8x7b"].spec()
+    plan = TrainPlan(tp=2, pp=1, dp=24, ep=ep, micro_batch=1, recompute="full", zero=zero, seq_len=4096)
+    mem = training_memory(m, plan)
+    gpus = plan.tp * plan.dp
+    assert mem.optimizer * gpus == pytest.approx(ADAM_BYTES * param_count(m))
+    experts = expert_params(m)
+    copies = (param_count(m) - experts) * plan.dp + experts * plan.dp / ep  # unsharded: one per dp rank
+    assert mem.gradients * gpus == pytest.approx(GRAD_BYTES * (param_count(m) if zero >= 2 else copies))
+    if zero >= 3:
+        assert mem.weights * gpus == pytest.approx(WEIGHT_BYTES * param_count(m))
+
+
 
 def test_moe_decode_reads_only_the_experts_a_batch_touches(catalog):
     from optimizer.perf.model import expert_params

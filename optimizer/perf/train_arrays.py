@@ -287,12 +287,17 @@ def training_memory(m: ModelSpec, p: PlanArrays, reserved: float = 0.0) -> np.nd
     last = (layers * per_layer + embed_out + shape.final_norm_params(m), act_layer * layers + logits)
     experts_per_layer = shape.expert_params(m) / m.layers
 
+    edp = np.maximum(dp / p.ep, 1.0)  # expert-data-parallel group
+
     def total(params: np.ndarray | int, acts: np.ndarray) -> np.ndarray:
-        expert_share = experts_per_layer * layers * (1.0 - 1.0 / p.ep) if m.moe else 0.0
-        local = (params - expert_share) / tp
-        weights = WEIGHT_BYTES * local / np.where(p.zero >= 3, dp, 1)
-        grads = GRAD_BYTES * local / np.where(p.zero >= 2, dp, 1)
-        optim = ADAM_BYTES * local / np.where(p.zero >= 1, dp, 1)
+        experts = experts_per_layer * layers if m.moe else 0.0
+        dense, routed = (params - experts) / tp, experts / p.ep / tp
+
+        def state(nbytes: float, stage: int) -> np.ndarray:  # as perf.memory's: ZeRO shards it from ``stage`` on
+            sharded = p.zero >= stage
+            return np.asarray(nbytes * dense / np.where(sharded, dp, 1) + nbytes * routed / np.where(sharded, edp, 1))
+
+        weights, grads, optim = state(WEIGHT_BYTES, 3), state(GRAD_BYTES, 2), state(ADAM_BYTES, 1)
         return np.asarray(weights + grads + optim + acts + reserved)
 
     return np.where(pp == 1, total(*one), np.maximum(total(*first), total(*last)))

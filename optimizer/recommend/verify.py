@@ -90,7 +90,8 @@ def train_checks(problem: Problem, w: TrainWorkload, catalog: Catalog, table: Pl
               text=f"memory {result.memory.total / 1e9:,.1f} GB per GPU ≤ {result.memory_capacity / 1e9:,.1f} GB "
                    f"usable of {result.memory_total / 1e9:,.1f} ({problem.memory_headroom:.0%} headroom)"),
         at_least("throughput", planned, solver_rate,
-                 f"throughput at dp={dp}: {result.tokens_per_s:,.0f}{at} ≥ the solver's {solver_rate:,.0f} tokens/s"),
+                 f"throughput at DP={dp * c.plan.ep}: {result.tokens_per_s:,.0f}{at} ≥ the solver's "
+                 f"{solver_rate:,.0f} tokens/s"),
         Check(what="global_batch", ok=w.min_global_batch <= gb <= w.max_global_batch, measured=gb,
               limit=w.max_global_batch,
               text=f"global batch {gb} sequences within [{w.min_global_batch}, {w.max_global_batch}]"),
