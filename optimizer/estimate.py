@@ -183,7 +183,8 @@ def estimate_serve(catalog: Catalog, model: str, gpu: str, gpus: int, input_len:
         math_precision(catalog.device(gpu), precision)  # a GPU without tensor cores for it raises
         resolved = catalog.resolve("serving", gpu, precision, engine_id)
         assert isinstance(resolved.params, ServeParams)  # a serving engine resolves to serving parameters
-        r = serve(spec, catalog.hardware(gpu, server_id, None), plan, resolved.params)
+        hw = catalog.hardware(gpu, server_id, None)
+        r = serve(spec, hw, plan, resolved.params)
     except ValueError as exc:
         raise ProblemError(f"--precision {precision}: {exc}.") from None
     out: dict[str, Any] = {
@@ -193,7 +194,7 @@ def estimate_serve(catalog: Catalog, model: str, gpu: str, gpus: int, input_len:
         "engine_default": engine is None, "extrapolated": list(resolved.extrapolated),
         "input_len": input_len, "output_len": output_len, "fits": r.fits, "max_batch": r.max_batch,
         "batch_per_replica": r.batch, "memory_gb_per_gpu": r.memory_per_gpu / 1e9,
-        "memory_capacity_gb": r.memory_capacity / 1e9,
+        "memory_capacity_gb": r.memory_capacity / 1e9, "memory_total_gb": hw.device.memory / 1e9,
         "memory_breakdown_gb": {k: v / 1e9 for k, v in r.memory_breakdown},
         "ttft_ms": r.ttft * 1e3, "tpot_ms": r.tpot * 1e3, "decode_step_ms": r.decode_step * 1e3,
         "decode_breakdown_ms": {k: v * 1e3 for k, v in r.decode_breakdown},
@@ -218,7 +219,8 @@ def _serve_lines(out: dict[str, Any], extrapolated: tuple[str, ...]) -> tuple[st
         f"{out['precision']} weights, {out['kv_precision']} KV cache, "
         f"{out['input_len']} in / {out['output_len']} out",
         _stack_line("serving engine", out["engine"], out["engine_default"], extrapolated),
-        f"memory per GPU {out['memory_gb_per_gpu']:,.1f} of {out['memory_capacity_gb']:,.0f} GB ({verdict}) "
+        f"memory per GPU {out['memory_gb_per_gpu']:,.2f} of {out['memory_capacity_gb']:,.2f} GB usable "
+        f"({out['memory_total_gb']:,.1f} GB on the GPU; {verdict}) "
         f"at batch {out['batch_per_replica']} per replica (max {out['max_batch']}): "
         + ", ".join(f"{k} {v:,.1f}" for k, v in out["memory_breakdown_gb"].items()),
         f"TTFT {out['ttft_ms']:,.1f} ms, TPOT {out['tpot_ms']:,.1f} ms (decode step {out['decode_step_ms']:,.1f} ms: "

@@ -420,6 +420,7 @@ def test_training_days_include_failures_and_restarts(catalog):
     rec = _solve(data, catalog)
     g = summary(rec, catalog)["plan"]["goodput"]
     assert g["interruptions_per_gpu_day"] == pytest.approx(0.000474) and g["fraction"] < 0.995
+    assert g["interruptions_source"].startswith("Llama 3 Herd of Models (Meta, arXiv 2407.21783)")
     assert rec.days == pytest.approx(g["days_without_failures"] / g["fraction"])
     assert rec.problem.training and rec.days * 86400 <= rec.problem.training.deadline_s
     data["goodput"] = {"interruptions_per_gpu_day": 0}
@@ -429,6 +430,10 @@ def test_training_days_include_failures_and_restarts(catalog):
     text = CliRunner().invoke(main, ["solve", "problems/rent_or_buy_pretrain.yaml"]).output
     assert "Goodput 65.8%, included: the job expects 64.03 failures a day" in text  # the shipped answer rents spot
     assert "1 of them the spot provider reclaiming its capacity" in text
+    assert "per GPU-day, from Llama 3 Herd of Models (Meta, arXiv 2407.21783) section 3.3.4" in text
+    data["goodput"] = {"interruptions_per_gpu_day": 0.001}
+    assert summary(_solve(data, catalog), catalog)["plan"]["goodput"]["interruptions_source"] == (
+        "the problem's goodput.interruptions_per_gpu_day")
     data["goodput"] = {"restart_minutes": -1}
     with pytest.raises(ProblemError, match="restart_minutes"):
         _solve(data, catalog)

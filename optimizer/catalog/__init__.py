@@ -189,6 +189,14 @@ class Catalog:
             return None
         return table.hardware.get(f"{self.gpus[gpu_id].family}/{precision}", table.default)
 
+    def mfu_ceiling_scope(self, gpu_id: str, precision: str) -> str:
+        """Where ``mfu_ceiling`` comes from, in words: the GPU family's own runs, or every family's."""
+        family = self.gpus[gpu_id].family
+        table = self.efficiency.table.mfu_ceiling
+        if table is not None and f"{family}/{precision}" in table.hardware:
+            return f"on its GPU family ({family}) at {precision}"
+        return f"on any GPU family (too few published {family} {precision} runs for one of its own)"
+
     def efficiency_status(self, gpu_id: str) -> str:
         """Whether the GPU's family has calibration rows of its own, per workload kind."""
         family = self.gpus[gpu_id].family

@@ -30,6 +30,7 @@ class Reliability:
     checkpoint_s: float = 60.0  # writing one checkpoint, the job paused
     restart_s: float = 300.0  # detecting a failure, replacing the node, reloading the checkpoint
     spot_interruptions_per_gpu_day: float = 0.0  # on spot capacity, the provider's reclaims on top
+    rate_source: str = ""  # where interruptions_per_gpu_day comes from, in words
 
     def on_spot(self) -> Reliability:
         """The job on spot capacity: its failures and the provider's reclaims, recovered alike."""

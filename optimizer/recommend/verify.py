@@ -100,7 +100,7 @@ def train_checks(problem: Problem, w: TrainWorkload, catalog: Catalog, table: Pl
     if ceiling is not None:  # above it the model, not the plan, would be wrong (plans checks its band's ends)
         checks.append(at_most("mfu", result.mfu, ceiling.value * (1 + MFU_SLACK),
                               f"MFU {result.mfu:.1%} ≤ {ceiling.value:.1%}, the most published dense runs reached "
-                              f"on its GPU family and precision ({ceiling.row}, {ceiling.source})"))
+                              f"{catalog.mfu_ceiling_scope(group.gpu, w.precision)} ({ceiling.row}, {ceiling.source})"))
     if w.deadline_s is not None:
         days, deadline = w.tokens / planned / 86400, w.deadline_s / 86400
         checks.append(at_most("deadline", days, deadline, f"{days:,.1f} days ≤ deadline {deadline:,.1f} days"))

@@ -178,7 +178,8 @@ def _goodput(rec: Recommendation) -> dict[str, Any]:
     return {**spot,"fraction": good.fraction, "failures_per_day": good.failures_per_day,
             "checkpoint_interval_h": good.checkpoint_interval_s / 3600 if good.failures_per_day else None,
             "days_without_failures": rec.days * good.fraction,
-            "interruptions_per_gpu_day": r.interruptions_per_gpu_day, "checkpoint_minutes": r.checkpoint_s / 60,
+            "interruptions_per_gpu_day": r.interruptions_per_gpu_day, "interruptions_source": r.rate_source,
+            "checkpoint_minutes": r.checkpoint_s / 60,
             "restart_minutes": r.restart_s / 60}
 
 

@@ -142,6 +142,7 @@ def goodput_line(g: dict[str, Any]) -> str:
         return "Goodput 100 %: no failures assumed (goodput.interruptions_per_gpu_day: 0)."
     return (f"Goodput {g['fraction']:.1%}, included: the job expects {g['failures_per_day']:,.2f} failures a day "
             f"(at {g['interruptions_per_gpu_day']:g} interruptions per GPU-day"
+            + (f", from {g['interruptions_source']}" if g.get("interruptions_source") else "")
             + (f", {g['spot_reclaims_per_gpu_day']:g} of them the spot provider reclaiming its capacity"
                if g.get("spot_reclaims_per_gpu_day") else "") + "); each "
             f"costs a {g['restart_minutes']:g}-minute restart and half a checkpoint interval of lost work "
