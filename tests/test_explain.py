@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 from dataclasses import replace
+from html import escape
 
 import pytest
 from click.testing import CliRunner
@@ -218,6 +219,23 @@ def test_shipped_problem_report_names_the_optimum(tmp_path):
     first = solved["plan"]["replicas"][0]  # the optimum and its capex, as solve prints them
     assert f"Serve with {first['replicas']} × {first['tp'] * first['pp']} {first['gpu']}" in html
     assert f"${solved['cost']['capex_usd']:,.0f}" in html
+    assert "<h2>The plan</h2>" in html and "<h2>Prices used</h2>" in html and "<h2>Buy or rent</h2>" in html
+    assert f"TPOT {first['tpot_ms']:,.1f} ms" in html
+
+
+def test_report_of_a_rented_training_answer_carries_plan_memory_breakeven_and_prices(tmp_path):
+    """A buyer's report shows the layout, memory, step time and goodput as the text answer words
+    them, buy-or-rent with its break-even, and the prices used with their dates and sources."""
+    out = tmp_path / "r.html"
+    problem = str(ROOT / "problems" / "rent_or_buy_pretrain.yaml")
+    assert CliRunner().invoke(main, ["report", problem, "-o", str(out), "--sweep-points", "0"]).exit_code == 0
+    html = out.read_text()
+    text = CliRunner().invoke(main, ["solve", problem]).output
+    for start in ("Memory per GPU", "Step time", "Goodput", "TP="):
+        line = next(x for x in text.splitlines() if x.startswith(start))
+        assert escape(line) in html, start
+    assert "buying pays off above" in html and "<h2>Prices used</h2>" in html
+    assert "[2026-" in html.split("<h2>Prices used</h2>")[1]  # each price with its date
 
 
 def test_near_ties_name_what_each_alternative_trades(tiny_problem, catalog):

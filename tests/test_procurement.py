@@ -540,3 +540,19 @@ def test_used_hardware_is_bought_at_used_prices_only_where_the_problem_allows_it
     assert l40s.used_price is not None and l40s.used_price.usd >= l40s.price.usd
     assert priced.gpus["l40s"].price == l40s.price  # no saving: bought new
     assert priced.gpus["rtx-a6000"].price.condition == "used"
+
+
+def test_owned_gpus_are_kept_not_bought_in_the_break_even():
+    """A group the site already owns has nothing to buy: its line weighs keeping it (maintenance,
+    colocation, electricity) against renting; a part-owned group says how many it buys."""
+    from optimizer.report.tco import break_even_lines
+
+    row = {"gpu": "a100-sxm-80gb", "gpus": 8, "owned_gpus": 8, "buy_gpus": 8, "server": "hgx", "chosen": "buy",
+           "offer": "runpod-a100", "usd_per_gpu_hour": 1.89, "buy_fixed_usd": 30780.0,
+           "electricity_full_use_usd": 16731.0, "rent_full_use_usd": 397626.0, "break_even_utilisation": 0.08,
+           "this_job_utilisation": None}
+    owned, = break_even_lines([row], 3)
+    assert owned.startswith("8 x a100-sxm-80gb (owned): keeping them ($30,780 maintenance and colocation")
+    assert "keeping them pays off above 8% utilisation" in owned and "buying" not in owned
+    part, = break_even_lines([{**row, "owned_gpus": 5}], 3)
+    assert part.startswith("8 x a100-sxm-80gb (5 owned, 3 bought): buying ($30,780 capex")

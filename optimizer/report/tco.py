@@ -139,7 +139,8 @@ def break_even(rec: Recommendation, catalog: Catalog) -> list[dict[str, Any]]:
         busy = None
         if rec.perf is not None:  # one training job: how busy it keeps the hardware
             busy = min(1.0, rec.days * 24 / hours)
-        out.append({"gpu": g.gpu, "gpus": b.gpus, "buy_gpus": count.gpus, "server": site.server,
+        out.append({"gpu": g.gpu, "gpus": b.gpus, "owned_gpus": b.owned_gpus, "buy_gpus": count.gpus,
+                    "server": site.server,
                     "chosen": "rent" if g.rented else "buy", "offer": offer.id,
                     "usd_per_gpu_hour": offer.price.usd, "buy_fixed_usd": fixed, "electricity_full_use_usd": energy,
                     "rent_full_use_usd": rent_full, "break_even_utilisation": u if math.isfinite(u) else None,
@@ -155,15 +156,21 @@ def break_even_lines(rows: list[dict[str, Any]], horizon_years: float) -> list[s
                   f"${r['electricity_full_use_usd']:,.0f} electricity")
         renting = (f"{r['offer']} at ${r['usd_per_gpu_hour']:g}/GPU-hour (${r['rent_full_use_usd']:,.0f} busy all "
                    f"{horizon_years:g} years)")
-        if r["chosen"] == "buy":
-            head = f"{r['gpus']} x {r['gpu']}: buying ({buying}) vs renting {renting}"
+        owned = r.get("owned_gpus", 0)
+        if r["chosen"] == "buy" and owned == r["gpus"]:  # nothing to buy: keeping them against renting
+            buying = buying.replace("capex, ", "")
+            head = f"{r['gpus']} x {r['gpu']} (owned): keeping them ({buying}) vs renting {renting}"
+        elif r["chosen"] == "buy":
+            mix = f" ({owned} owned, {r['gpus'] - owned} bought)" if owned else ""
+            head = f"{r['gpus']} x {r['gpu']}{mix}: buying ({buying}) vs renting {renting}"
         else:
             whole = f"{r['buy_gpus']} GPUs in a {r['server']}, " if r["buy_gpus"] != r["gpus"] else ""
             head = f"{r['gpus']} x {r['gpu']}: renting {renting} vs buying instead ({whole}{buying})"
         if u is None or u > 1:
             tail = "renting is cheaper even at 100 % utilisation"
         else:
-            tail = f"buying pays off above {u:.0%} utilisation over the horizon"
+            keep = "keeping them" if r["chosen"] == "buy" and owned == r["gpus"] else "buying"
+            tail = f"{keep} pays off above {u:.0%} utilisation over the horizon"
         if r["this_job_utilisation"] is not None:
             tail += f"; this training job alone fills {r['this_job_utilisation']:.1%} of it"
         lines.append(f"{head}: {tail}.")

@@ -176,6 +176,15 @@ def _serving_text(s: dict[str, Any], h) -> list[str]:
 
 
 
+def plan_lines(s: dict[str, Any]) -> list[str]:
+    """The recommendation as the text answer words it (layout, memory, step time and goodput, or
+    each serving replica), without its headings: for the HTML report."""
+    heading = "\0"
+    lines = _serving_text(s, lambda t: heading) if s["problem"]["kind"] == "serve" else _training_text(
+        s, lambda t: heading)
+    return [line for line in lines if line != heading]
+
+
 def render(s: dict[str, Any], fmt: str) -> str:
     if fmt == "json":
         return json.dumps(s, indent=2, sort_keys=True) + "\n"

@@ -11,6 +11,8 @@ from html import escape
 from typing import Any
 
 from optimizer.report import acquire
+from optimizer.report.tco import break_even_lines, price_lines
+from optimizer.report.text import plan_lines
 from optimizer.tradeoffs.explain import NEAR, STEP, Explanation, near_ties, relaxation_lines
 from optimizer.tradeoffs.sweep import SweepResult
 
@@ -127,6 +129,10 @@ def _explain(e: Explanation) -> str:
     return table + (f"<h3>Limits at the optimum, each relaxed by {STEP:.0%}</h3>{relax}" if relax else "")
 
 
+def _items(lines: list[str]) -> str:
+    return "<ul>" + "".join(f"<li>{escape(line)}</li>" for line in lines) + "</ul>"
+
+
 def render_html(s: dict[str, Any], sweep: SweepResult | None, sweep_png: bytes | None,
                 explanation: Explanation | None) -> str:
     """The report as one HTML string (deterministic for the same inputs)."""
@@ -138,8 +144,12 @@ def render_html(s: dict[str, Any], sweep: SweepResult | None, sweep_png: bytes |
                 + (f", power cap {p['power_cap_kw']:,.1f} kW" if p["power_cap_kw"] else "")
                 + f". Solver {escape(s['solver']['backend'])}: {escape(s['status'])}, gap "
                 + ("n/a" if s["gap"] is None else f"{s['gap']:.1e}") + ".</p>",
-                _headline(s), "<h2>Bill of materials</h2>", _bom(s),
+                _headline(s), "<h2>The plan</h2>", _items(plan_lines(s)),
+                "<h2>Bill of materials</h2>", _bom(s),
                 "<h2>Cost breakdown</h2>", _breakdown(s)]
+    if s["break_even"]:
+        sections += ["<h2>Buy or rent</h2>", _items(break_even_lines(s["break_even"], s["cost"]["horizon_years"]))]
+    sections += ["<h2>Prices used</h2>", _items(price_lines(s["prices_used"]))]
     if sweep is not None and sweep_png is not None:
         sections += ["<h2>Trade-offs: what more or less would buy</h2>", _sweep(sweep, sweep_png)]
     if explanation is not None:
