@@ -433,7 +433,7 @@ def test_training_days_include_failures_and_restarts(catalog):
     assert "per GPU-day, from Llama 3 Herd of Models (Meta, arXiv 2407.21783) section 3.3.4" in text
     data["goodput"] = {"interruptions_per_gpu_day": 0.001}
     assert summary(_solve(data, catalog), catalog)["plan"]["goodput"]["interruptions_source"] == (
-        "the problem's goodput.interruptions_per_gpu_day")
+        "the problem's goodput")
     data["goodput"] = {"restart_minutes": -1}
     with pytest.raises(ProblemError, match="restart_minutes"):
         _solve(data, catalog)

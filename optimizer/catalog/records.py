@@ -296,8 +296,7 @@ class ReliabilityFacts(Record):
         given = (interruptions_per_gpu_day, checkpoint_minutes, restart_minutes)
         facts = (self.interruptions_per_gpu_day, self.checkpoint_minutes, self.restart_minutes)
         rate, checkpoint, restart = (f.value if g is None else g for g, f in zip(given, facts, strict=True))
-        source = (self.interruptions_per_gpu_day.source.split(":")[0] if interruptions_per_gpu_day is None
-                  else "the problem's goodput.interruptions_per_gpu_day")
+        source = "the problem's goodput" if given[0] is not None else facts[0].source.split(":")[0]
         return Reliability(rate, checkpoint * 60.0, restart * 60.0, self.spot_interruptions_per_gpu_day.value, source)
 
 
