@@ -125,6 +125,22 @@ def test_an_impossible_run_names_every_wall(tmp_path):
     assert "cap 4.0M tokens" in walls[1] and "workload.global_batch.max_tokens" in walls[1]
     assert "GPU count 4,096 (hardware.max_gpus)" in walls[2]
     assert "deadline 7.0 days (deadline_days)" in walls[3]
+    # GB300 comes in NVL72 racks bought whole: the hardware is priced in whole racks, not 54.2 of them
+    assert "on 3,904 x gb300 ($192,498,240 of GPUs and servers: 3,960 GPUs in 55 x nvl72-gb300)" in walls[0]
+
+
+def test_walls_price_whole_servers():
+    """A rack-scale unit (NVL72) is bought whole with every slot filled; an 8-GPU server that may
+    be part-filled costs its GPUs and the whole chassis."""
+    from types import SimpleNamespace
+
+    from optimizer.recommend.walls import hardware_cost
+
+    rack = SimpleNamespace(slots=72, full_only=True, gpu_usd=10.0, server_usd=1000.0, server="nvl72")
+    # 3,960 x $10 + 55 x $1,000
+    assert hardware_cost(rack, 3904) == "$94,600 of GPUs and servers: 3,960 GPUs in 55 x nvl72"
+    box = SimpleNamespace(slots=8, full_only=False, gpu_usd=10.0, server_usd=100.0, server="hgx")
+    assert hardware_cost(box, 12.2) == "$330 of GPUs and servers: 13 GPUs in 2 x hgx"
 
 
 def test_explain_names_the_same_walls_as_solve(tmp_path):

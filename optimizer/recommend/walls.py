@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 from optimizer.catalog import Catalog
 from optimizer.milp import MilpSolution, Status, Targets, solve
-from optimizer.plans import PlanTable
+from optimizer.plans import Group, PlanTable
 from optimizer.problem import Problem
 from optimizer.problem.enums import Objective
 from optimizer.recommend.targets import plan_table, targets_of
@@ -55,11 +55,10 @@ def deadline_walls(problem: Problem, catalog: Catalog, backend: str, limit: floa
     days = job.tokens / s.tokens_per_s / 86400
     g = table.groups[s.candidate.group]
     gpus = s.dp * s.candidate.gpus_per_replica  # the plan's GPUs (without a budget, unused groups are noise)
-    per_gpu = g.gpu_usd + g.server_usd / g.slots  # GPUs and servers, before network
-    at = f"{days:,.1f} days on {gpus:,} x {g.gpu} (${gpus * per_gpu:,.0f} of GPUs and servers)"
+    at = f"{days:,.1f} days on {gpus:,} x {g.gpu} ({hardware_cost(g, gpus)})"
     out = _spending_walls(problem, catalog, backend, limit, fastest_days, days, at)
     if days > deadline:
-        out += _scale_walls(problem, s, days, deadline, gpus, per_gpu)
+        out += _scale_walls(problem, s, days, deadline, gpus, g)
     before = fastest_days if fastest_days is not None else math.inf
     out.append(Wall(limit="deadline", field="deadline_days", days_before=before, days_after=before,
                     text=f"deadline {deadline:,.1f} days (deadline_days): the fastest cluster within every limit "
@@ -103,8 +102,17 @@ def _faster(before: float, after: float) -> str:
     return f", {before / after:,.0f}x faster" if math.isfinite(before) and before / after >= 1.5 else ""
 
 
+def hardware_cost(g: Group, gpus: float) -> str:
+    """What ``gpus`` GPUs of group ``g`` cost in whole servers (a rack-scale unit such as an NVL72
+    is bought whole, with every slot filled), before the network: '$X of GPUs and servers ...'."""
+    servers = math.ceil(math.ceil(gpus) / g.slots)
+    bought = servers * g.slots if g.full_only else math.ceil(gpus)
+    usd = bought * g.gpu_usd + servers * g.server_usd
+    return f"${usd:,.0f} of GPUs and servers: {bought:,} GPUs in {servers:,} x {g.server}"
+
+
 def _scale_walls(problem: Problem, s: MilpSolution, days: float, deadline: float, gpus: int,
-                 per_gpu: float) -> list[Wall]:
+                 g: Group) -> list[Wall]:
     """Past the budget and power cap: the global batch cap and ``hardware.max_gpus``, whichever
     the fastest cluster is near (within 2x), with the batch and GPUs the deadline needs."""
     job = problem.training
@@ -128,12 +136,12 @@ def _scale_walls(problem: Problem, s: MilpSolution, days: float, deadline: float
     if gpus_bind:
         out.append(Wall(limit="max_gpus", field="hardware.max_gpus", days_before=days, days_after=deadline,
                         text=f"GPU count {problem.max_gpus:,} (hardware.max_gpus): {deadline:,.1f} days needs about "
-                             f"{gpus * need:,.0f} GPUs at the same speed each, some ${gpus * need * per_gpu:,.0f} "
-                             "of GPUs and servers"))
+                             f"{math.ceil(gpus * need):,} GPUs at the same speed each, some "
+                             f"{hardware_cost(g, gpus * need)}"))
     if not out:  # neither binds: more of the fastest GPU would do, at the price the budget wall names
         out.append(Wall(limit="scale", field="", days_before=days, days_after=deadline,
                         text=f"{deadline:,.1f} days needs {need:,.1f}x the fastest cluster's speed: about "
-                             f"{gpus * need:,.0f} such GPUs, some ${gpus * need * per_gpu:,.0f}"))
+                             f"{math.ceil(gpus * need):,} such GPUs, some {hardware_cost(g, gpus * need)}"))
     return out
 
 
