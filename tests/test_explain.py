@@ -165,6 +165,18 @@ def test_compare_every_gpu(catalog):
     # every figure per $1k is finite and the table renders
     assert all(r.train is None or r.train.capex > 0 for r in rows)
     assert "tok/s per $1k" in render_text(problem, rows, "both", 16, 512, 128)
+    # catalog entries kept for calibration (purchasable: false) say so instead of a bare "not compared"
+    assert by["a10g"].train is None and by["a10g"].train_reason == "not compared: in the catalog for calibration only"
+
+
+def test_explain_says_why_a_calibration_only_gpu_is_out(tmp_path, catalog):
+    """A GPU the catalog keeps for calibration (purchasable: false) is out because of that, not
+    because of a hardware list the problem does not have; one the problem leaves off is out by it."""
+    e = explain(_problem(tmp_path, catalog, THREE), catalog)
+    why = {o.gpu: o.reason for o in e.options}
+    assert not catalog.gpus["a10g"].purchasable
+    assert why["a10g"].startswith("kept in the catalog for calibration only (purchasable: false")
+    assert why["b200"] == "not allowed by the problem's hardware.allow_gpus/exclude_gpus"
 
 
 def test_cli_compare(tmp_path):

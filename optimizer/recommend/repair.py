@@ -30,9 +30,19 @@ class Repair:
         return problem.with_workload(deadline_s=self.needed) if field == "deadline_s" else \
             problem.with_limits(**{field: self.needed})
 
+    def enough(self, problem: Problem) -> str:
+        """The repair in a clause, for the wall of the same limit (budget or power cap)."""
+        if self.limit == "budget":
+            spend = "capex and rent" if problem.budget_covers is BudgetCovers.CAPEX else "TCO"
+            return f"${self.needed:,.0f} of {spend} (+${self.needed - self.current:,.0f}) meets every other target"
+        return (f"{problem.power_text(self.needed)} (+{(self.needed - self.current) / 1e3:,.2f} kW of IT power) "
+                "meets every other target")
+
     def describe(self, problem: Problem) -> str:
         if self.limit == "budget":
-            return (f"budget: the least {problem.budget_covers} that meets the other targets is ${self.needed:,.0f}; "
+            # a capex budget counts rent too (milp.formulation.add_budget)
+            spend = "capex and rent" if problem.budget_covers is BudgetCovers.CAPEX else "TCO"
+            return (f"budget: the least {spend} that meets the other targets is ${self.needed:,.0f}; "
                     f"the budget is ${self.current:,.0f} (+${self.needed - self.current:,.0f})")
         if self.limit == "power":
             if problem.facility_power_cap_w is None:
@@ -108,11 +118,15 @@ def feasibility_hints(problem: Problem, catalog: Catalog, table: PlanTable, back
     does, priced by a re-solve; past the deadline, every wall in the order they bind. ``found``:
     the problem's repairs if the caller has them already."""
     found = repairs(problem, catalog, table, backend, limit) if found is None else found
-    hints = [r.describe(problem) for r in found if r.limit != "deadline"]
+    single = {r.limit: r for r in found if r.limit != "deadline"}
     late = next((r for r in found if r.limit == "deadline"), None)
-    if late is not None:
-        walls = deadline_walls(problem, catalog, backend, limit, late.needed / 86400)
-        hints += [w.text for w in walls] if walls else [late.describe(problem)]
+    walls = deadline_walls(problem, catalog, backend, limit, late.needed / 86400) if late is not None else []
+    # a limit that is both a wall and a single repair is named once: the wall, with the repair's figure
+    for_wall = {w.limit: single.pop(w.limit).enough(problem) for w in walls if w.limit in single}
+    hints = [r.describe(problem) for r in single.values()]
+    hints += [w.text + (f"; {for_wall[w.limit]}" if w.limit in for_wall else "") for w in walls]
+    if late is not None and not walls:
+        hints.append(late.describe(problem))
     if not hints and fallback:
         hints.append("no single relaxation of budget, power or deadline helps: allow more GPUs "
                      "(hardware.max_gpus), a larger global batch, or more GPU types")

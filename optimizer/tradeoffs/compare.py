@@ -144,9 +144,11 @@ def compare(catalog: Catalog, model: str, workload: str = "both", gpus: int = 64
     strict = replace(base, datacenter=True)
     rows = []
     for gid, g in sorted(catalog.gpus.items()):
+        # only purchasable GPUs are compared; the others are in the catalog for calibration
+        skipped = "not compared" if g.purchasable else "not compared: in the catalog for calibration only"
         rows.append(GpuComparison(gid, g.memory_gb, g.price.usd, licence_reason(strict, catalog, gid) is None,
-                                  train.get(gid), train_why.get(gid, "not compared"),
-                                  serve.get(gid), serve_why.get(gid, "not compared")))
+                                  train.get(gid), train_why.get(gid, skipped),
+                                  serve.get(gid), serve_why.get(gid, skipped)))
     return base, rows
 
 

@@ -66,6 +66,15 @@ def _better(problem: Problem, a: SweepRow, b: SweepRow) -> bool:
     return a.objective < b.objective * (1 - tol) - 1e-6  # type: ignore[operator]
 
 
+def _not_offered(catalog: Catalog, gpu: str) -> str:
+    """Why a catalog GPU is not among the problem's: kept in the catalog for calibration only
+    (purchasable: false, offered only when a problem lists it), or the problem's lists."""
+    if not catalog.gpus[gpu].purchasable:
+        return ("kept in the catalog for calibration only (purchasable: false in catalogs/gpus.yaml); "
+                "list it in hardware.allow_gpus to consider it")
+    return "not allowed by the problem's hardware.allow_gpus/exclude_gpus"
+
+
 def gpu_options(problem: Problem, catalog: Catalog, table: PlanTable, backend: str, limit: float,
                 best_gpu: str) -> list[GpuOption]:
     """Every catalog GPU: the optimum over its candidates alone (equal to a solve with only that
@@ -74,7 +83,7 @@ def gpu_options(problem: Problem, catalog: Catalog, table: PlanTable, backend: s
     options = []
     for gpu in sorted(catalog.gpus):
         if gpu not in problem.gpus:
-            options.append(GpuOption(gpu, "out", "not allowed by the problem's hardware.allow_gpus/exclude_gpus"))
+            options.append(GpuOption(gpu, "out", _not_offered(catalog, gpu)))
             continue
         if gpu in table.gpu_reasons:
             options.append(GpuOption(gpu, "out", table.gpu_reasons[gpu]))
