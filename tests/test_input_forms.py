@@ -129,6 +129,34 @@ def test_an_impossible_run_names_every_wall(tmp_path):
     assert "on 3,904 x gb300 ($192,498,240 of GPUs and servers: 3,960 GPUs in 55 x nvl72-gb300)" in walls[0]
 
 
+def test_site_limits_not_the_batch_cap_stop_a_racked_cluster(tmp_path):
+    """export_controlled_racks at 5 days: 96 GPUs are far under the 976-sequence batch cap; what
+    stops the cluster is the site's 4 racks, the 16-unit H800 stock and the export region."""
+    text = (ROOT / "problems" / "export_controlled_racks.yaml").read_text().replace("deadline_days: 32",
+                                                                                    "deadline_days: 5")
+    r = _solve(tmp_path, text)
+    walls = [line for line in r.output.splitlines() if line.startswith("  - ")]
+    assert r.exit_code == 1 and len(walls) == 2, r.output
+    assert "global batch" not in r.output
+    assert walls[0].startswith("  - the site's limits (4 racks of 20 kW (site.racks), at most 16 h800-sxm "
+                               "(hardware.max_units), only the GPUs region export-controlled may buy (site.region)) "
+                               "stop the fastest cluster at 96 GPUs")
+
+
+def test_a_budget_the_deadline_needs_many_times_over_is_named_after_the_gpu_count(tmp_path):
+    """Lifting the power cap and the GPU count is not enough when the GPUs the deadline needs cost
+    29x the budget: the budget is named too, so 'lifting the limits above' is true."""
+    text = ("schema_version: 1\nname: h20-only\n"
+            "workload: {kind: train, model: llama3-70b, tokens: 2T, precision: bf16}\n"
+            "objective: min_time\nbudget: 3M\ndeadline_days: 30\n"
+            "site: {datacenter: true, power_cap_kw: 40, region: export-controlled-2023}\n"
+            "hardware: {max_gpus: 64}\n")
+    r = _solve(tmp_path, text)
+    walls = [line.split()[1] for line in r.output.splitlines() if line.startswith("  - ")]
+    assert r.exit_code == 1 and walls == ["power", "GPU", "budget", "deadline"], r.output
+    assert "budget $3,000,000 (budget.usd): the 4,056 x h20 that 30.0 days needs cost some $" in r.output
+
+
 def test_walls_price_whole_servers():
     """A rack-scale unit (NVL72) is bought whole with every slot filled; an 8-GPU server that may
     be part-filled costs its GPUs and the whole chassis."""

@@ -59,6 +59,9 @@ def deadline_walls(problem: Problem, catalog: Catalog, backend: str, limit: floa
     out = _spending_walls(problem, catalog, backend, limit, fastest_days, days, at)
     if days > deadline:
         out += _scale_walls(problem, s, days, deadline, gpus, g)
+        again = _budget_after(problem, g, gpus * days / deadline, deadline)
+        if again is not None and not any(w.limit == "budget" for w in out):
+            out.append(again)
     before = fastest_days if fastest_days is not None else math.inf
     out.append(Wall(limit="deadline", field="deadline_days", days_before=before, days_after=before,
                     text=f"deadline {deadline:,.1f} days (deadline_days): the fastest cluster within every limit "
@@ -102,12 +105,17 @@ def _faster(before: float, after: float) -> str:
     return f", {before / after:,.0f}x faster" if math.isfinite(before) and before / after >= 1.5 else ""
 
 
-def hardware_cost(g: Group, gpus: float) -> str:
-    """What ``gpus`` GPUs of group ``g`` cost in whole servers (a rack-scale unit such as an NVL72
-    is bought whole, with every slot filled), before the network: '$X of GPUs and servers ...'."""
+def whole_servers(g: Group, gpus: float) -> tuple[int, int, float]:
+    """(GPUs bought, servers, USD before the network) for ``gpus`` GPUs of group ``g`` in whole
+    servers: a rack-scale unit such as an NVL72 is bought whole, with every slot filled."""
     servers = math.ceil(math.ceil(gpus) / g.slots)
     bought = servers * g.slots if g.full_only else math.ceil(gpus)
-    usd = bought * g.gpu_usd + servers * g.server_usd
+    return bought, servers, bought * g.gpu_usd + servers * g.server_usd
+
+
+def hardware_cost(g: Group, gpus: float) -> str:
+    """``whole_servers`` in words: '$X of GPUs and servers: N GPUs in S x server'."""
+    bought, servers, usd = whole_servers(g, gpus)
     return f"${usd:,.0f} of GPUs and servers: {bought:,} GPUs in {servers:,} x {g.server}"
 
 
@@ -119,8 +127,12 @@ def _scale_walls(problem: Problem, s: MilpSolution, days: float, deadline: float
     assert job is not None and s.candidate is not None
     need = days / deadline  # times the fastest cluster's speed
     c = s.candidate.plan
-    seqs = s.dp * c.micro_batch * c.num_micro_batches
-    batch_binds, gpus_bind = seqs * 2 > job.max_global_batch, gpus * 2 > problem.max_gpus
+    per_replica = c.micro_batch * c.num_micro_batches
+    seqs = s.dp * per_replica
+    # the batch cap binds where one more replica would not fit under it; the GPU count where the
+    # deadline needs more GPUs than it allows
+    batch_binds = seqs + per_replica > job.max_global_batch
+    gpus_bind = gpus * need > problem.max_gpus
     out = []
     if batch_binds:
         tokens = job.max_global_batch * job.seq_len
@@ -138,11 +150,42 @@ def _scale_walls(problem: Problem, s: MilpSolution, days: float, deadline: float
                         text=f"GPU count {problem.max_gpus:,} (hardware.max_gpus): {deadline:,.1f} days needs about "
                              f"{math.ceil(gpus * need):,} GPUs at the same speed each, some "
                              f"{hardware_cost(g, gpus * need)}"))
-    if not out:  # neither binds: more of the fastest GPU would do, at the price the budget wall names
-        out.append(Wall(limit="scale", field="", days_before=days, days_after=deadline,
-                        text=f"{deadline:,.1f} days needs {need:,.1f}x the fastest cluster's speed: about "
+    if not out:  # neither cap binds: the site's own limits stop the cluster, or nothing does
+        site = _site_limits(problem)
+        stops = (f"the site's limits ({', '.join(f'{text} ({key})' for text, key in site)}) stop the fastest "
+                 f"cluster at {gpus:,} GPUs; " if site else "")
+        out.append(Wall(limit="site" if site else "scale", field=", ".join(key for _, key in site),
+                        days_before=days, days_after=deadline,
+                        text=f"{stops}{deadline:,.1f} days needs {need:,.1f}x the fastest cluster's speed: about "
                              f"{math.ceil(gpus * need):,} such GPUs, some {hardware_cost(g, gpus * need)}"))
     return out
+
+
+def _site_limits(problem: Problem) -> list[tuple[str, str]]:
+    """(limit, field) of a problem, past its budget, power cap, batch cap and GPU count, that can
+    stop a cluster from growing: a fixed number of racks, unit caps, an export region."""
+    out = []
+    if problem.racks is not None and problem.racks.count is not None:
+        out.append((f"{problem.racks.count} racks of {problem.racks.kw / 1e3:g} kW", "site.racks"))  # kw holds W
+    if problem.max_units:
+        out.append((", ".join(f"at most {n:,} {unit}" for unit, n in problem.max_units), "hardware.max_units"))
+    if problem.region is not None:
+        out.append((f"only the GPUs region {problem.region} may buy", "site.region"))
+    return out
+
+
+def _budget_after(problem: Problem, g: Group, gpus: float, deadline: float) -> Wall | None:
+    """The budget again, past the other walls: the GPUs the deadline needs cost more than it, which
+    the budget's own wall (lifting it alone, the power cap or GPU count still binding) cannot show."""
+    if problem.budget_usd is None:
+        return None
+    bought, servers, usd = whole_servers(g, gpus)
+    if usd <= problem.budget_usd:
+        return None
+    return Wall(limit="budget", field="budget.usd", days_before=deadline, days_after=deadline,
+                text=f"budget ${problem.budget_usd:,.0f} (budget.usd): the {bought:,} x {g.gpu} that "
+                     f"{deadline:,.1f} days needs cost some ${usd:,.0f} in GPUs and servers alone, "
+                     f"{usd / problem.budget_usd:,.0f}x the budget")
 
 
 def fastest(problem: Problem, table: PlanTable, backend: str, limit: float) -> MilpSolution | None:
