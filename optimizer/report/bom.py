@@ -78,7 +78,7 @@ def _rented_row(rec: Recommendation, catalog: Catalog, g: Group, bought: GroupCo
     tokens = targets.job_tokens(job.workload) if job else targets.tokens
     usd = rent_cost(g, bought.gpus, tokens, job) / bought.gpus
     billed = (f"{g.rent_hours:,.0f} h ({offer.term})" if g.rent_hours
-              else f"{usd / offer.price.usd:,.1f} h of the job (on demand)")
+              else f"{usd / offer.price.usd:,.1f} h of the job ({'spot' if offer.interruptible else 'on demand'})")
     return BomRow("rent", offer.id, f"{offer.provider} {offer.name}: ${offer.price.usd:g}/GPU-hour x {billed}",
                   bought.gpus, usd, 0.0, _src(offer.price))
 

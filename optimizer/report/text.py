@@ -164,7 +164,8 @@ def _serving_text(s: dict[str, Any], h) -> list[str]:
                      f"{r['kv_precision']} KV), "
                      f"batch {r['batch']}: {r['output_tokens_per_s_each']:,.0f} output tokens/s each, "
                      f"TTFT {r['ttft_ms']:,.0f} ms, TPOT {r['tpot_ms']:,.1f} ms; {memory_text(r)}.")
-    lines.append(f"In all {plan['gpus']} GPUs ({', '.join(plan['gpu_types'])}) in {plan['servers']} servers; "
+    servers = f"{plan['servers']} server{'' if plan['servers'] == 1 else 's'}"
+    lines.append(f"In all {plan['gpus']} GPUs ({', '.join(plan['gpu_types'])}) in {servers}; "
                  "capacity " + ", ".join(_capacity_text(c, p.get("confidence")) for c in plan["classes"])
                  + " output tokens/s.")
     lines.append(_cost_line(cost))
