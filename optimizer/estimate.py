@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from optimizer.catalog import AT_BATCH, AT_MAX_LOAD, Catalog
+from optimizer.catalog import AT_BATCH, AT_MAX_LOAD, Catalog, gpu_names
 from optimizer.errors import CatalogError, ProblemError, suggest
 from optimizer.perf.goodput import goodput
 from optimizer.perf.params import ServeParams, TrainParams
@@ -59,6 +59,7 @@ def estimate_train(catalog: Catalog, model: str, gpu: str, gpus: int, tp: int = 
         n_tokens = parse_quantity(tokens) if tokens is not None else None
     except ValueError as exc:
         raise ProblemError(f"--tokens {tokens!r}: {exc}. To fix: e.g. --tokens 2T or --tokens 2e12.") from None
+    gpu = gpu_id(catalog, gpu)
     spec, server_id = _resolve(catalog, model, gpu, server, min(gpus, tp * cp))
     replica = tp * pp * cp
     if gpus % replica:
@@ -160,6 +161,7 @@ def estimate_serve(catalog: Catalog, model: str, gpu: str, gpus: int, input_len:
     ``concurrency``: the saturated case, the largest batch that fits (a benchmark at maximum load).
     ``attention_dp``: attention data-parallel over each replica's TP group (MoE serving with
     TensorRT-LLM's enable_attention_dp or SGLang's --enable-dp-attention)."""
+    gpu = gpu_id(catalog, gpu)
     spec, server_id = _resolve(catalog, model, gpu, server, tp * pp)
     if batch is not None and concurrency is not None:
         raise ProblemError("give --batch or --concurrency, not both.")
@@ -229,6 +231,19 @@ def _serve_lines(out: dict[str, Any], extrapolated: tuple[str, ...]) -> tuple[st
         f"{out['band_90']['regime']}), {out['total_tokens_per_s']:,.0f} total tokens/s, "
         f"{out['requests_per_s']:,.2f} requests/s for the group",
     )
+
+
+def gpu_id(catalog: Catalog, text: str) -> str:
+    """A --gpu as people write it ("H100 SXM", "4090", "MI300X") as its catalog id, as in problem
+    files; a name that could be several GPUs is an error listing them."""
+    if text in catalog.gpus:
+        return text
+    found = gpu_names.resolve(text, catalog.gpus)
+    if isinstance(found, str):
+        return found
+    if len(found) > 1:
+        raise ProblemError(f"--gpu: '{text}' could be any of {', '.join(found)}. To fix: name the one you mean.")
+    return text  # unknown: _resolve says so, with close matches
 
 
 def _stack(catalog: Catalog, kind: str, ident: str | None, gpu_id: str) -> str:

@@ -245,3 +245,20 @@ hardware: {allow_gpus: [h100-sx]}
     fixed = text.replace("tokens: lots", "tokens: 1T").replace("deadline_days: -3", "deadline_days: 30")
     r = _solve(tmp_path, fixed)
     assert r.exit_code == 2 and "'h100-sx'" in r.output and "'llama2-7c'" in r.output, r.output
+
+
+def test_estimate_takes_gpu_names_and_lengths_as_people_type_them():
+    """--gpu 4090 / "H100 SXM" resolve as in problem files, "H100" lists what it could be; --input-len 1k
+    is 1,000 tokens (k = 1,000, as in problem files); a fraction or junk is bad input (exit 2)."""
+    def est(*args: str):
+        return CliRunner().invoke(main, ["estimate", "serve", "--model", "llama2-7b", "--gpus", "1", *args])
+
+    r = est("--gpu", "4090", "--input-len", "1k", "--output-len", "256")
+    assert r.exit_code == 0 and r.output.startswith("llama2-7b on 1 x rtx-4090") and "1000 in / 256 out" in r.output
+    r = est("--gpu", "H100", "--input-len", "512", "--output-len", "256")
+    assert r.exit_code == 2 and "could be any of h100-pcie, h100-sxm, h100-sxm-96gb-500w" in r.output
+    t = CliRunner().invoke(main, ["estimate", "train", "--model", "llama2-7b", "--gpu", "H100 SXM", "--gpus", "8"])
+    assert t.exit_code == 0 and "on 8 x h100-sxm" in t.output
+    for bad in ("1.5", "abc", "0"):
+        r = est("--gpu", "4090", "--input-len", bad, "--output-len", "256")
+        assert r.exit_code == 2 and "Traceback" not in r.output and "--input-len" in r.output, (bad, r.output)

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from optimizer import api as go
-from optimizer.cli.common import catalog_option, handle_errors, price_option
+from optimizer.cli.common import COUNT, catalog_option, handle_errors, price_option
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -72,9 +72,9 @@ def estimate() -> None:
 @click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--pp", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--micro-batch", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--global-batch", type=click.IntRange(min=1), default=None,
+@click.option("--global-batch", type=COUNT, default=None,
               help="Sequences per step (default: about 4M tokens, a multiple of DP × micro-batch).")
-@click.option("--seq-len", type=click.IntRange(min=1), default=None, help="Default: the model's.")
+@click.option("--seq-len", type=COUNT, default=None, help="Default: the model's.")
 @click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="selective", show_default=True)
 @click.option("--sequence-parallel", is_flag=True, help="Shard LayerNorm/dropout activations over TP.")
 @click.option("--zero", type=click.IntRange(0, 3), default=1, show_default=True)
@@ -129,10 +129,10 @@ def estimate_train(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, mic
               help="Serving engine (catalogs/stacks.yaml: vllm, trtllm, sglang, llamacpp, …); "
               "default: the mainstream one for the GPU's vendor.")
 @click.option("--kv-precision", type=click.Choice(["fp16", "bf16", "fp8"]), default="fp16", show_default=True)
-@click.option("--input-len", type=click.IntRange(min=1), required=True, help="Prompt tokens per request.")
-@click.option("--output-len", type=click.IntRange(min=1), required=True, help="Generated tokens per request.")
-@click.option("--batch", type=click.IntRange(min=1), default=None, help="Sequences in flight per replica.")
-@click.option("--concurrency", type=click.IntRange(min=1), default=None,
+@click.option("--input-len", type=COUNT, required=True, help="Prompt tokens per request.")
+@click.option("--output-len", type=COUNT, required=True, help="Generated tokens per request.")
+@click.option("--batch", type=COUNT, default=None, help="Sequences in flight per replica.")
+@click.option("--concurrency", type=COUNT, default=None,
               help="Requests in flight across the whole group (split over the replicas).")
 @click.option("--server", "server_id", default=None, help="Server id (default: the first that takes the GPU).")
 @click.option("--attention-dp", is_flag=True, default=False,

@@ -49,3 +49,28 @@ catalog_option = click.option("--catalog", "catalog_dir", type=click.Path(file_o
 price_option = click.option("--price", "prices", multiple=True, metavar="ID=VALUE",
                             help="Override a catalog price (GPU, server, NIC, switch, cable or cloud offer): "
                                  "ID=21000, ID=21k or ID=-15%. Repeatable; wins over the problem's price book.")
+
+
+class Count(click.ParamType):
+    """A positive whole number written as people write it on the command line: 512, 1k, 32K, 1e3
+    (the problem files' quantities: k = 1,000)."""
+
+    name = "count"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        from optimizer.validation import parse_quantity
+
+        if isinstance(value, int):
+            number: float = value
+        else:
+            try:
+                number = parse_quantity(value)
+            except ValueError as exc:
+                self.fail(f"{exc}", param, ctx)
+        if number < 1 or number != int(number):
+            self.fail(f"expected a positive whole number (such as 512 or 1k), got {value!r}", param, ctx)
+        return int(number)
+
+
+COUNT = Count()
+
