@@ -268,3 +268,19 @@ def test_a_burst_of_equal_requests_charges_each_request_half_its_waves_prefill()
     assert float(b.output_tokens_per_s) == pytest.approx(float(s.output_tokens_per_s))
     prefill = float(s.tpot) - float(s.decode_step)
     assert float(b.tpot) - float(b.decode_step) == pytest.approx(prefill / 2, rel=1e-6)
+
+
+def test_activation_workspace_is_the_engines_token_budget_not_the_prompt(catalog):
+    """Engines size their activation workspace for the tokens one pass may carry (TensorRT-LLM's
+    max_num_tokens, vLLM's max_num_batched_tokens: 8,192) at start-up, whatever the prompt; llama.cpp
+    for one prompt micro-batch (n_ubatch 512). A 128-token prompt leaves no more room for the KV cache."""
+    from optimizer.perf.serve_memory import TOKEN_BUDGET, serve_memory
+
+    m = catalog.models["llama3-70b"].spec()
+    short = ServePlan(tp=1, precision="fp8", input_len=128, output_len=2048)
+    per_token = (4.0 * m.hidden + 2.0 * m.ffn_hidden) * 2.0
+    assert TOKEN_BUDGET == 8192
+    assert serve_memory(m, short, 0)["activations"] == pytest.approx(8192 * per_token)
+    long = replace(short, input_len=20000)
+    assert serve_memory(m, long, 0)["activations"] == serve_memory(m, short, 0)["activations"]
+    assert serve_memory(m, replace(short, prefill_ubatch=512), 0)["activations"] == pytest.approx(512 * per_token)

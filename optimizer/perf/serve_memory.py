@@ -80,13 +80,22 @@ def held_context(plan: ServePlan) -> float:
     return plan.input_len + plan.output_len / (2.0 if plan.kv_on_demand else 1.0)
 
 
+# Tokens one forward pass may carry, which the engine sizes its activation workspace for at start-up,
+# whatever the prompts: TensorRT-LLM's max_num_tokens (8,192 by default), vLLM's max_num_batched_tokens
+# and SGLang's chunked_prefill_size (8,192 on large GPUs). An engine that splits a prompt into
+# micro-batches (llama.cpp's n_ubatch) sizes it for one micro-batch.
+TOKEN_BUDGET = 8192
+
+
 def serve_memory(m: ModelSpec, plan: ServePlan, batch: int) -> dict[str, float]:
     """Bytes per GPU: weights, the KV cache ``batch`` sequences hold (``held_context``), one
-    layer's prefill activations, and the reserved runtime memory."""
+    layer's activations for the engine's token budget (``TOKEN_BUDGET``, or its prompt
+    micro-batch), and the reserved runtime memory."""
     context = held_context(plan)
     weights = weight_bytes(m, plan.precision) / plan.gpus + replicated_attention_bytes(m, plan)
     kv = batch * kv_bytes_per_gpu(m, plan, context)
-    acts = min(plan.input_len, 8192) * (4.0 * m.hidden + 2.0 * m.ffn_hidden / plan.tp) * ACT_BYTES
+    tokens = plan.prefill_ubatch or TOKEN_BUDGET
+    acts = tokens * (4.0 * m.hidden + 2.0 * m.ffn_hidden / plan.tp) * ACT_BYTES
     return {"weights": weights, "kv_cache": kv, "activations": acts, "reserved": plan.reserved_memory}
 
 
