@@ -39,6 +39,7 @@ from optimizer.tradeoffs.compare import compare as _compare
 from optimizer.tradeoffs.explain import explain as _explain
 from optimizer.tradeoffs.explain import loosened, relaxed
 from optimizer.tradeoffs.sweep import run_sweep
+from optimizer.validation import parse_quantity
 
 if TYPE_CHECKING:  # the calibration stage (scipy) loads when validate or fit is called
     from optimizer.calibration.write import Refit
@@ -48,7 +49,8 @@ __all__ = [
     "GpuoptError", "InfeasibleError", "Plans", "Problem", "ProblemError", "ServeWorkload", "SolverError", "Sweep",
     "TrainWorkload",
     "catalog_entry", "compare", "estimate_serve", "estimate_train", "explain", "fit", "gpu_hours", "load_catalog",
-    "load_problem", "plan", "problem_from_dict", "recommend", "render", "report", "solve", "sweep", "validate",
+    "load_problem", "parse_quantity", "plan", "problem_from_dict", "recommend", "render", "report", "solve",
+    "sweep", "validate",
 ]
 
 

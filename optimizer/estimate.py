@@ -59,8 +59,7 @@ def estimate_train(catalog: Catalog, model: str, gpu: str, gpus: int, tp: int = 
         n_tokens = parse_quantity(tokens) if tokens is not None else None
     except ValueError as exc:
         raise ProblemError(f"--tokens {tokens!r}: {exc}. To fix: e.g. --tokens 2T or --tokens 2e12.") from None
-    gpu = gpu_id(catalog, gpu)
-    spec, server_id = _resolve(catalog, model, gpu, server, min(gpus, tp * cp))
+    spec, gpu, server_id = _resolve(catalog, model, gpu, server, min(gpus, tp * cp))
     replica = tp * pp * cp
     if gpus % replica:
         raise ProblemError(f"--gpus {gpus} is not a multiple of TP {tp} × PP {pp} × CP {cp} = {replica}. "
@@ -161,8 +160,7 @@ def estimate_serve(catalog: Catalog, model: str, gpu: str, gpus: int, input_len:
     ``concurrency``: the saturated case, the largest batch that fits (a benchmark at maximum load).
     ``attention_dp``: attention data-parallel over each replica's TP group (MoE serving with
     TensorRT-LLM's enable_attention_dp or SGLang's --enable-dp-attention)."""
-    gpu = gpu_id(catalog, gpu)
-    spec, server_id = _resolve(catalog, model, gpu, server, tp * pp)
+    spec, gpu, server_id = _resolve(catalog, model, gpu, server, tp * pp)
     if batch is not None and concurrency is not None:
         raise ProblemError("give --batch or --concurrency, not both.")
     if gpus % (tp * pp):
@@ -264,18 +262,20 @@ def _stack_line(what: str, ident: str, default: bool, extrapolated: tuple[str, .
     return f"{what}: {ident}{how}{band}"
 
 
-def _resolve(catalog: Catalog, model_ref: str, gpu_id: str, server_id: str | None,
-             slots: int = 1) -> tuple[ModelSpec, str]:
-    """The model, GPU and server of an estimate, checked against the catalog. Without a server:
-    the first that takes the GPU and holds ``slots`` of them (the GPUs a replica keeps inside one
-    server), else the first that takes it (the caller says why it cannot)."""
+def _resolve(catalog: Catalog, model_ref: str, gpu_name: str, server_id: str | None,
+             slots: int = 1) -> tuple[ModelSpec, str, str]:
+    """The model, GPU id (``gpu_id``: as people write it) and server of an estimate, checked
+    against the catalog. Without a server: the first that takes the GPU and holds ``slots`` of
+    them (the GPUs a replica keeps inside one server), else the first that takes it (the caller
+    says why it cannot)."""
     spec = resolve_model(model_ref, catalog, Path.cwd() / "command-line", "--model")
-    if gpu_id not in catalog.gpus:
-        raise ProblemError(f"--gpu: unknown GPU '{gpu_id}'.{suggest(gpu_id, catalog.gpus)}"
+    gpu = gpu_id(catalog, gpu_name)
+    if gpu not in catalog.gpus:
+        raise ProblemError(f"--gpu: unknown GPU '{gpu}'.{suggest(gpu, catalog.gpus)}"
                            f" Known: {', '.join(sorted(catalog.gpus))}.")
-    takers = catalog.servers_for(gpu_id)
+    takers = catalog.servers_for(gpu)
     roomy = [sv.id for sv in takers if sv.slots >= slots] + [sv.id for sv in takers if sv.slots < slots]
-    return spec, _pick("servers", server_id, roomy, f"takes {gpu_id}")
+    return spec, gpu, _pick("servers", server_id, roomy, f"takes {gpu}")
 
 
 def _pick(kind: str, wanted: str | None, allowed: list[str], why: str) -> str:

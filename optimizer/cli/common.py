@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from optimizer.api import CatalogError, GpuoptError, InfeasibleError, ProblemError
+from optimizer.api import CatalogError, GpuoptError, InfeasibleError, ProblemError, parse_quantity
 
 EXIT_INFEASIBLE = 1
 EXIT_BAD_INPUT = 2
@@ -58,8 +58,6 @@ class Count(click.ParamType):
     name = "count"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        from optimizer.validation import parse_quantity
-
         if isinstance(value, int):
             number: float = value
         else:
