@@ -125,7 +125,7 @@ def _train_lines(out: dict[str, Any], default_stack: bool, extrapolated: tuple[s
         + ", ".join(f"{k} {v:,.1f}" for k, v in out["memory_breakdown_gb"].items()),
         f"step {out['step_time_s']:,.3f} s: " + ", ".join(f"{k} {v:,.3f}" for k, v in out["step_breakdown_s"].items()
                                                        if v),
-        f"{out['tokens_per_s']:,.0f} tokens/s (90 % band {lo:,.0f}-{hi:,.0f}), "
+        ("" if out["fits"] else HYPOTHETICAL) + f"{out['tokens_per_s']:,.0f} tokens/s (90 % band {lo:,.0f}-{hi:,.0f}), "
         f"{out['tflops_per_gpu']:,.1f} TFLOP/s per GPU, MFU {out['mfu']:.1%} (HFU {out['hfu']:.1%})",
     ]
     if out["days"] is not None:
@@ -223,12 +223,17 @@ def _serve_lines(out: dict[str, Any], extrapolated: tuple[str, ...]) -> tuple[st
         f"({out['memory_total_gb']:,.1f} GB on the GPU; {verdict}) "
         f"at batch {out['batch_per_replica']} per replica (max {out['max_batch']}): "
         + ", ".join(f"{k} {v:,.1f}" for k, v in out["memory_breakdown_gb"].items()),
-        f"TTFT {out['ttft_ms']:,.1f} ms, TPOT {out['tpot_ms']:,.1f} ms (decode step {out['decode_step_ms']:,.1f} ms: "
+        ("" if out["fits"] else HYPOTHETICAL)
+        + f"TTFT {out['ttft_ms']:,.1f} ms, TPOT {out['tpot_ms']:,.1f} ms (decode step {out['decode_step_ms']:,.1f} ms: "
         + ", ".join(f"{k} {v:,.2f}" for k, v in out["decode_breakdown_ms"].items() if v) + ")",
-        f"{out['output_tokens_per_s']:,.0f} output tokens/s (90 % band {lo:,.0f}-{hi:,.0f}, "
+        ("" if out["fits"] else HYPOTHETICAL)
+        + f"{out['output_tokens_per_s']:,.0f} output tokens/s (90 % band {lo:,.0f}-{hi:,.0f}, "
         f"{out['band_90']['regime']}), {out['total_tokens_per_s']:,.0f} total tokens/s, "
         f"{out['requests_per_s']:,.2f} requests/s for the group",
     )
+
+
+HYPOTHETICAL = "if it fit (it does not, see memory): "  # a configuration that does not fit is no answer
 
 
 def gpu_id(catalog: Catalog, text: str) -> str:

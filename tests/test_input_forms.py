@@ -262,3 +262,16 @@ def test_estimate_takes_gpu_names_and_lengths_as_people_type_them():
     for bad in ("1.5", "abc", "0"):
         r = est("--gpu", "4090", "--input-len", bad, "--output-len", "256")
         assert r.exit_code == 2 and "Traceback" not in r.output and "--input-len" in r.output, (bad, r.output)
+
+
+def test_an_estimate_that_does_not_fit_says_its_rates_are_hypothetical():
+    """70B in fp16 on two 24 GB cards does not fit: the rates printed are what it would do if it
+    did, and say so; a configuration that fits prints them plainly."""
+    r = CliRunner().invoke(main, ["estimate", "serve", "--model", "llama2-70b", "--gpu", "rtx-4090", "--gpus", "2",
+                                  "--tp", "2", "--input-len", "512", "--output-len", "256"])
+    assert r.exit_code == 0 and "DOES NOT FIT" in r.output
+    rates = [line for line in r.output.splitlines() if "tokens/s" in line or "TTFT" in line]
+    assert rates and all(line.startswith("if it fit (it does not, see memory): ") for line in rates)
+    ok = CliRunner().invoke(main, ["estimate", "serve", "--model", "llama2-7b", "--gpu", "rtx-4090", "--gpus", "1",
+                                   "--input-len", "512", "--output-len", "256"])
+    assert ok.exit_code == 0 and "if it fit" not in ok.output
