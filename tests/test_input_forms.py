@@ -136,8 +136,11 @@ def test_site_limits_not_the_batch_cap_stop_a_racked_cluster(tmp_path):
                                                                                     "deadline_days: 5")
     r = _solve(tmp_path, text)
     walls = [line for line in r.output.splitlines() if line.startswith("  - ")]
-    assert r.exit_code == 1 and len(walls) == 2, r.output
+    assert r.exit_code == 1 and len(walls) == 3, r.output
     assert "global batch" not in r.output
+    # the export rules, which a buyer may not be free to lift, with what they cost in days
+    assert walls[1].startswith("  - export rules of region export-controlled (site.region): only h800-sxm, "
+                               "a800-sxm, h20 may be bought; without them the fastest cluster")
     assert walls[0].startswith("  - the site's limits (4 racks of 20 kW (site.racks), at most 16 h800-sxm "
                                "(hardware.max_units), only the GPUs region export-controlled may buy (site.region)) "
                                "stop the fastest cluster at 96 GPUs")
@@ -153,7 +156,7 @@ def test_a_budget_the_deadline_needs_many_times_over_is_named_after_the_gpu_coun
             "hardware: {max_gpus: 64}\n")
     r = _solve(tmp_path, text)
     walls = [line.split()[1] for line in r.output.splitlines() if line.startswith("  - ")]
-    assert r.exit_code == 1 and walls == ["power", "GPU", "budget", "deadline"], r.output
+    assert r.exit_code == 1 and walls == ["power", "GPU", "budget", "export", "deadline"], r.output
     assert "budget $3,000,000 (budget.usd): the 4,056 x h20 that 30.0 days needs cost some $" in r.output
 
 

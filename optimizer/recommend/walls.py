@@ -62,6 +62,9 @@ def deadline_walls(problem: Problem, catalog: Catalog, backend: str, limit: floa
         again = _budget_after(problem, g, gpus * days / deadline, deadline)
         if again is not None and not any(w.limit == "budget" for w in out):
             out.append(again)
+        region = _region_wall(free, catalog, backend, limit, days)
+        if region is not None:
+            out.append(region)
     before = fastest_days if fastest_days is not None else math.inf
     out.append(Wall(limit="deadline", field="deadline_days", days_before=before, days_after=before,
                     text=f"deadline {deadline:,.1f} days (deadline_days): the fastest cluster within every limit "
@@ -172,6 +175,28 @@ def _site_limits(problem: Problem) -> list[tuple[str, str]]:
     if problem.region is not None:
         out.append((f"only the GPUs region {problem.region} may buy", "site.region"))
     return out
+
+
+def _region_wall(free: Problem, catalog: Catalog, backend: str, limit: float, days: float) -> Wall | None:
+    """Export rules, where lifting them (buying any GPU the problem allows) makes the fastest
+    cluster within the other limits faster: a rule the buyer may not be free to lift, named with
+    what it costs in days (``free``: the problem without its budget and power cap)."""
+    if free.region is None or not free.buy_gpus:
+        return None
+    job = free.training
+    assert job is not None
+    open_ = replace(free, region=None, buy_gpus=None)
+    table = plan_table(open_, catalog)
+    s = fastest(open_, table, backend, limit)
+    if s is None or s.candidate is None or job.tokens / s.tokens_per_s / 86400 >= days * BINDS:
+        return None
+    after = job.tokens / s.tokens_per_s / 86400
+    g, gpus = table.groups[s.candidate.group], s.dp * s.candidate.gpus_per_replica
+    allowed = ", ".join(catalog.regions[free.region].allowed_gpus)
+    return Wall(limit="region", field="site.region", days_before=days, days_after=after,
+                text=f"export rules of region {free.region} (site.region): only {allowed} may be bought; without "
+                     f"them the fastest cluster (no budget or power cap) takes {after:,.1f} days instead of "
+                     f"{days:,.1f}, on {gpus:,} x {g.gpu} ({hardware_cost(g, gpus)})")
 
 
 def _budget_after(problem: Problem, g: Group, gpus: float, deadline: float) -> Wall | None:
