@@ -4,9 +4,10 @@ limit that stands in the way, in the order they bind, each with how far lifting 
 The budget and the power cap bind first (the fastest cluster within them against the fastest
 without them, both solved). Past them the job is as fast as its data-parallel degree allows: the
 global batch cap stops data parallelism at ``max_global_batch / (micro-batch x micro-batches)``
-replicas and ``hardware.max_gpus`` caps the GPUs; the GPUs and batch the deadline needs are a
-linear estimate from the fastest cluster's throughput per GPU (a lower bound: data-parallel
-communication only grows with the degree).
+replicas and ``hardware.max_gpus`` caps the GPUs, or else the site's racks and unit caps do; the
+GPUs and batch the deadline needs are a linear estimate from the fastest cluster's throughput per
+GPU (a lower bound: data-parallel communication only grows with the degree), priced in whole
+servers. A budget those GPUs outgrow and export rules that keep faster GPUs out are named too.
 """
 
 from __future__ import annotations
@@ -124,8 +125,10 @@ def hardware_cost(g: Group, gpus: float) -> str:
 
 def _scale_walls(problem: Problem, s: MilpSolution, days: float, deadline: float, gpus: int,
                  g: Group) -> list[Wall]:
-    """Past the budget and power cap: the global batch cap and ``hardware.max_gpus``, whichever
-    the fastest cluster is near (within 2x), with the batch and GPUs the deadline needs."""
+    """Past the budget and power cap: the global batch cap where the fastest cluster has no room
+    for another replica under it, and ``hardware.max_gpus`` where the deadline needs more GPUs than
+    it allows, with the batch and GPUs the deadline needs; where neither binds, the site's own
+    limits (racks, unit caps, export region) that stopped the cluster."""
     job = problem.training
     assert job is not None and s.candidate is not None
     need = days / deadline  # times the fastest cluster's speed
