@@ -278,3 +278,20 @@ def test_an_estimate_that_does_not_fit_says_its_rates_are_hypothetical():
     ok = CliRunner().invoke(main, ["estimate", "serve", "--model", "llama2-7b", "--gpu", "rtx-4090", "--gpus", "1",
                                    "--input-len", "512", "--output-len", "256"])
     assert ok.exit_code == 0 and "if it fit" not in ok.output
+
+
+def test_memory_that_runs_out_at_the_gpus_the_budget_buys_names_the_budget(tmp_path, catalog):
+    """405B on B300s for $1M: 24 GPUs are all the budget buys, and at 24 ZeRO cannot shard the
+    training state thinly enough; with more GPUs it fits (estimate: 512 B300s at TP8 PP16). The
+    reason names the budget as the limit, not memory alone."""
+    from optimizer.plans import enumerate_candidates
+    from optimizer.problem import load_priced
+
+    path = tmp_path / "p.yaml"
+    path.write_text(IMPOSSIBLE)
+    p, cat = load_priced(path, catalog)
+    why = enumerate_candidates(p, cat).gpu_reasons["b300"]
+    assert why.startswith("memory: needs") and "at most 24 of them within the budget" in why
+    fits = CliRunner().invoke(main, ["estimate", "train", "--model", "llama3-405b", "--gpu", "b300", "--gpus", "512",
+                                     "--tp", "8", "--pp", "16"])
+    assert fits.exit_code == 0 and "; fits)" in fits.output

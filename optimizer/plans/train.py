@@ -125,7 +125,8 @@ def enumerate_plans(problem: Problem, catalog: Catalog, reference: bool = False)
         dropped.update(reason_counts)
         skipped += strictly
         if len(candidates) == before:
-            gpu_reasons[gpu_id] = _memory_reason(gpu, best_memory, reason_counts, problem.memory_headroom)
+            gpu_reasons[gpu_id] = _memory_reason(gpu, best_memory, reason_counts, problem.memory_headroom) \
+                + _spend_cap(problem, usable, best_memory)
     kept, pruned = prune_dominated(candidates)
     kept = [with_memory(c, w.model, reserved) for c in kept]
     used = {c.group for c in kept}
@@ -159,6 +160,18 @@ def _gpu_candidates(problem: Problem, w: TrainWorkload, catalog: Catalog, usable
         if c is not None and (best_memory is None or c[0] < best_memory[0]):
             best_memory = c
     return enumerated, best_memory, skipped
+
+
+def _spend_cap(problem: Problem, usable: list[Group], best: tuple[float, str] | None) -> str:
+    """Where memory ran out at the GPU count the budget or power cap allows (ZeRO shards the state
+    over the data-parallel GPUs, so more of them would need less each), say so: that is the limit."""
+    most = max(max_gpus(problem, g) for g in usable)
+    if best is None or most >= problem.max_gpus:
+        return ""
+    spend = " and ".join(name for name, v in (("budget", problem.budget_usd), ("power cap", problem.power_cap_w))
+                         if v is not None)
+    return (f"; at most {most:,} of them within the {spend} (ZeRO shards the training state over the GPUs, "
+            f"so more GPUs need less memory each: the {spend} is the limit)")
 
 
 def _memory_reason(gpu: Gpu, best: tuple[float, str] | None, counts: Counter[str], headroom: float) -> str:
