@@ -264,6 +264,27 @@ def test_racks_by_power_height_and_price(catalog, tiny_problem):
     assert "racks: one hgx-ampere-8 server draws 6.5 kW, a rack takes 5.0 kW" in str(err.value)
 
 
+def test_racks_take_whole_servers(catalog, tiny_problem):
+    """Four 20 kW racks hold four 14 kW B200 servers, not five: pooled, their 80 kW would take 71 kW of
+    servers, but a server is not split across racks (Group.per_rack). The solver and the closed-form
+    re-check count racks alike, and a fifth server takes a fifth rack."""
+    from optimizer.milp import GroupCount, racks_needed
+    from optimizer.plans import build_groups
+
+    data = yaml.safe_load(tiny_problem.read_text())
+    data["hardware"] = {"allow_gpus": ["b200"], "max_gpus": 64}
+    data["site"] = {"datacenter": True, "racks": {"cooling": "air", "count": 4}}
+    problem = problem_from_data(data, tiny_problem, catalog)
+    g = next(g for g in build_groups(problem, catalog, "b200") if not g.rented and g.slots == 8)
+    assert 10e3 < g.server_power_w <= 20e3 and g.per_rack(20e3, 42) == 1
+    racks = problem.racks
+    assert racks is not None
+    assert racks_needed(racks, {g.key: g}, (GroupCount(g.key, 32, 4, 0, 0),)) == 4
+    assert racks_needed(racks, {g.key: g}, (GroupCount(g.key, 40, 5, 0, 0),)) == 5  # pooled power: 4
+    rec = _solve(data, catalog)
+    assert rec.solution.costs.racks <= 4 and rec.solution.counts.servers <= 4
+
+
 def test_vendor_allow_list_keeps_only_that_vendor(catalog, tiny_problem):
     data = yaml.safe_load(tiny_problem.read_text())
     data["hardware"] = {"allow_vendors": ["AMD"], "max_gpus": 64}

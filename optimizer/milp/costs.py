@@ -150,15 +150,18 @@ def job_gpu_hours(plan: Candidate, tokens: float) -> float:
 
 
 def racks_needed(racks: RackLimits, groups: dict[str, Group], purchases: tuple[GroupCount, ...]) -> int:
-    """Racks the on-site hardware fills: by power (kW per rack) and by height (1U per switch)."""
-    power = units = 0.0
+    """Racks the on-site hardware fills: by power (kW per rack), by height (1U per switch) and by
+    whole servers (``Group.per_rack``: a server is not split across racks)."""
+    power = units = shares = 0.0
     for p in purchases:
         g = groups[p.group]
         if g.rented:
             continue
         power += group_costs(g, p)[2]
         units += g.rack_units * p.servers + p.leaf_switches + p.spine_switches
-    return max(math.ceil(power / racks.kw - 1e-9), math.ceil(units / racks.units - 1e-9), 0)
+        shares += p.servers / g.per_rack(racks.kw, racks.units)
+    return max(math.ceil(power / racks.kw - 1e-9), math.ceil(units / racks.units - 1e-9),
+               math.ceil(shares - 1e-9), 0)
 
 
 def solution_costs(table: PlanTable, targets: Targets, purchases: tuple[GroupCount, ...],

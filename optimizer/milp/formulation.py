@@ -106,6 +106,7 @@ class Terms:
     power: list[Any] = field(default_factory=list)
     rent: list[Any] = field(default_factory=list)
     units: list[Any] = field(default_factory=list)
+    servers: list[tuple[Group, Any]] = field(default_factory=list)  # on-site servers, for packing into racks
     caps: dict[tuple[str, str], list[Any]] = field(default_factory=dict)  # (kind, id) -> units bought or rented
 
 
@@ -253,6 +254,7 @@ def group_terms(h: str, g: Group, bought: tuple[Any, Any], fabric: tuple[Any, An
     terms.power += [g.gpu_w * v.G[h], (g.server_w + g.ports_per_server * (g.port_w + g.cable_w)) * S,
                     g.switch_w * switches, g.uplink_w * uplinks]
     terms.units += [g.rack_units * S, switches]
+    terms.servers.append((g, S))
 
 
 def add_groups(model: Model, table: PlanTable, targets: Targets, bounds: dict[str, tuple[int, int]],
@@ -328,6 +330,10 @@ def add_racks(model: Model, table: PlanTable, targets: Targets, bounds: dict[str
     R = model.int_var(0, most, "racks")
     model.add(R * rk.kw >= power, "rack_power")
     model.add(R * rk.units >= model.total(terms.units), "rack_units")
+    # whole servers: a group whose rack takes k of its servers needs S/k racks (exact for one server
+    # type; racks shared by several types are counted by these shares)
+    model.add(model.total([S * (1.0 / g.per_rack(rk.kw, rk.units)) for g, S in terms.servers]) <= R,
+              "rack_packing")
     if rk.count is None:
         terms.capex.append(rk.usd * R)
 

@@ -107,6 +107,13 @@ class Group:
         """One full server's IT power (what a rack must take)."""
         return self.slots * self.gpu_w + self.server_w + self.ports_per_server * (self.port_w + self.cable_w)
 
+    def per_rack(self, rack_w: float, rack_units: int) -> int:
+        """Servers of this group one rack takes: whole servers, by its power and by its height (a
+        server is not split across racks, so four 20 kW racks take two 7 kW servers each, not 11)."""
+        by_power = int(rack_w // self.server_power_w) if self.server_power_w > 0 else 10**6
+        by_height = rack_units // self.rack_units if self.rack_units else 10**6
+        return max(1, min(by_power, by_height))
+
     @property
     def oversubscription(self) -> float:
         return self.leaf_down / self.leaf_up if self.leaf_up else 1.0
