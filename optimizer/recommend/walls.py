@@ -57,7 +57,7 @@ def deadline_walls(problem: Problem, catalog: Catalog, backend: str, limit: floa
     g = table.groups[s.candidate.group]
     gpus = s.dp * s.candidate.gpus_per_replica  # the plan's GPUs (without a budget, unused groups are noise)
     at = f"{days:,.1f} days on {gpus:,} x {g.gpu} ({hardware_cost(g, gpus)})"
-    out = _spending_walls(problem, catalog, backend, limit, fastest_days, days, at)
+    out = _spending_walls(problem, catalog, backend, limit, fastest_days, days, at, deadline)
     if days > deadline:
         out += _scale_walls(problem, s, days, deadline, gpus, g)
         again = _budget_after(problem, g, gpus * days / deadline, deadline)
@@ -76,9 +76,10 @@ def deadline_walls(problem: Problem, catalog: Catalog, backend: str, limit: floa
 
 
 def _spending_walls(problem: Problem, catalog: Catalog, backend: str, limit: float, fastest_days: float | None,
-                    free_days: float, at: str) -> list[Wall]:
+                    free_days: float, at: str, deadline: float) -> list[Wall]:
     """The budget and the power cap, where lifting them speeds the job up (both solved; with both
-    set, the budget is lifted first and the power cap after it)."""
+    set, the budget is lifted first and the power cap after it, and only if the deadline is still
+    missed once the budget is lifted)."""
     job = problem.training
     assert job is not None
     before = fastest_days if fastest_days is not None else math.inf
@@ -98,7 +99,7 @@ def _spending_walls(problem: Problem, catalog: Catalog, backend: str, limit: flo
                                  + _faster(before, after)))
             before = after
     cap = problem.power_cap_w
-    if cap is not None and free_days < before * BINDS:
+    if cap is not None and free_days < before * BINDS and before > deadline:
         out.append(Wall(limit="power", field=problem.power_field, days_before=before, days_after=free_days,
                         text=f"power cap {problem.power_text(cap)} ({problem.power_field}): within it the fastest "
                              f"cluster takes {before:,.1f} days; without it {at}{_faster(before, free_days)}"))
@@ -128,7 +129,7 @@ def _scale_walls(problem: Problem, s: MilpSolution, days: float, deadline: float
     """Past the budget and power cap: the global batch cap where the fastest cluster has no room
     for another replica under it, and ``hardware.max_gpus`` where the deadline needs more GPUs than
     it allows, with the batch and GPUs the deadline needs; where neither binds, the site's own
-    limits (racks, unit caps, export region) that stopped the cluster."""
+    limits (racks, unit caps) that stopped the cluster."""
     job = problem.training
     assert job is not None and s.candidate is not None
     need = days / deadline  # times the fastest cluster's speed
@@ -163,20 +164,19 @@ def _scale_walls(problem: Problem, s: MilpSolution, days: float, deadline: float
         out.append(Wall(limit="site" if site else "scale", field=", ".join(key for _, key in site),
                         days_before=days, days_after=deadline,
                         text=f"{stops}{deadline:,.1f} days needs {need:,.1f}x the fastest cluster's speed: about "
-                             f"{math.ceil(gpus * need):,} such GPUs, some {hardware_cost(g, gpus * need)}"))
+                             f"{math.ceil(gpus * need):,} x {g.gpu}, some {hardware_cost(g, gpus * need)}"))
     return out
 
 
 def _site_limits(problem: Problem) -> list[tuple[str, str]]:
     """(limit, field) of a problem, past its budget, power cap, batch cap and GPU count, that can
-    stop a cluster from growing: a fixed number of racks, unit caps, an export region."""
+    stop a cluster from growing: a fixed number of racks, unit caps (export rules limit which GPUs,
+    not how many: ``_region_wall``)."""
     out = []
     if problem.racks is not None and problem.racks.count is not None:
         out.append((f"{problem.racks.count} racks of {problem.racks.kw / 1e3:g} kW", "site.racks"))  # kw holds W
     if problem.max_units:
         out.append((", ".join(f"at most {n:,} {unit}" for unit, n in problem.max_units), "hardware.max_units"))
-    if problem.region is not None:
-        out.append((f"only the GPUs region {problem.region} may buy", "site.region"))
     return out
 
 
@@ -188,7 +188,7 @@ def _region_wall(free: Problem, catalog: Catalog, backend: str, limit: float, da
         return None
     job = free.training
     assert job is not None
-    open_ = replace(free, region=None, buy_gpus=None)
+    open_ = replace(free, region=None, buy_gpus=None, offers=_offers_without_region(free, catalog))
     table = plan_table(open_, catalog)
     s = fastest(open_, table, backend, limit)
     if s is None or s.candidate is None or job.tokens / s.tokens_per_s / 86400 >= days * BINDS:
@@ -200,6 +200,16 @@ def _region_wall(free: Problem, catalog: Catalog, backend: str, limit: float, da
                 text=f"export rules of region {free.region} (site.region): only {allowed} may be bought; without "
                      f"them the fastest cluster (no budget or power cap) takes {after:,.1f} days instead of "
                      f"{days:,.1f}, on {gpus:,} x {g.gpu} ({hardware_cost(g, gpus)})")
+
+
+def _offers_without_region(free: Problem, catalog: Catalog) -> tuple[str, ...]:
+    """The offers the problem could rent without its export rules: every offer for its GPUs where it
+    rents every offer the rules allow (no list of its own), else its own list."""
+    allowed = set(catalog.regions[free.region].allowed_gpus) if free.region else set()
+    everything = {o for o, offer in catalog.offers.items() if offer.gpu in free.gpus}
+    if not free.offers or set(free.offers) != {o for o in everything if catalog.offers[o].gpu in allowed}:
+        return free.offers
+    return tuple(sorted(everything))
 
 
 def _budget_after(problem: Problem, g: Group, gpus: float, deadline: float) -> Wall | None:
