@@ -177,8 +177,10 @@ def _spend_cap(problem: Problem, usable: list[Group], best: tuple[float, str] | 
 def _memory_reason(gpu: Gpu, best: tuple[float, str] | None, counts: Counter[str], headroom: float) -> str:
     if best is not None:
         has = gpu.memory_bytes / 1e9
-        usable = f" ({has * (1 - headroom):,.1f} usable at {headroom:.0%} headroom)" if headroom else ""
-        return f"memory: needs {best[0]:,.1f} GB per GPU even at {best[1]}; has {has:,.1f} GB{usable}"
+        # enough decimals that the need and what is usable never print alike
+        digits = 1 if f"{best[0]:.1f}" != f"{has * (1 - headroom):.1f}" else 2
+        usable = f" ({has * (1 - headroom):,.{digits}f} usable at {headroom:.0%} headroom)" if headroom else ""
+        return f"memory: needs {best[0]:,.{digits}f} GB per GPU even at {best[1]}; has {has:,.1f} GB{usable}"
     if counts:
         return "no plan: " + ", ".join(f"{k} ({v})" for k, v in counts.most_common())
     return "no plan in the search grid"

@@ -72,7 +72,7 @@ def _not_offered(catalog: Catalog, gpu: str) -> str:
     if not catalog.gpus[gpu].purchasable:
         return ("kept in the catalog for calibration only (purchasable: false in catalogs/gpus.yaml); "
                 "list it in hardware.allow_gpus to consider it")
-    return "not allowed by the problem's hardware.allow_gpus/exclude_gpus"
+    return "not among the problem's GPUs (hardware.allow_gpus, exclude_gpus, allow_vendors, exclude_vendors)"
 
 
 def gpu_options(problem: Problem, catalog: Catalog, table: PlanTable, backend: str, limit: float,
