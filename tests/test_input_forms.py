@@ -295,3 +295,15 @@ def test_memory_that_runs_out_at_the_gpus_the_budget_buys_names_the_budget(tmp_p
     fits = CliRunner().invoke(main, ["estimate", "train", "--model", "llama3-405b", "--gpu", "b300", "--gpus", "512",
                                      "--tp", "8", "--pp", "16"])
     assert fits.exit_code == 0 and "; fits)" in fits.output
+
+
+def test_an_infeasible_solve_asked_for_json_prints_json(tmp_path):
+    """A script that reads `solve --format json` gets the refusal as JSON on stdout, with every
+    limit in the way; the exit code stays 1 and the message still goes to stderr."""
+    path = tmp_path / "impossible.yaml"
+    path.write_text(IMPOSSIBLE)
+    r = CliRunner().invoke(main, ["solve", str(path), "--format", "json"])
+    assert r.exit_code == 1
+    out = json.loads(r.stdout)
+    assert out["status"] == "infeasible" and out["reason"].startswith("no cluster meets every target")
+    assert [x.split()[0] for x in out["limits"]] == ["budget", "global", "GPU", "deadline"]

@@ -52,7 +52,13 @@ def solve(problem_file: Path, fmt: str, bom_file: Path | None, solver: str | Non
         raise go.ProblemError(f"--bom {bom_file}: unknown extension '{bom_file.suffix}'. "
                               "To fix: use .csv, .xlsx, .json or .md.")
     problem = go.load_problem(problem_file, go.load_catalog(catalog_dir), prices)
-    answer = go.recommend(problem, solver, time_limit, int(confidence) if confidence is not None else None)
+    try:
+        answer = go.recommend(problem, solver, time_limit, int(confidence) if confidence is not None else None)
+    except go.InfeasibleError as exc:
+        if fmt == "json":  # a script reading stdout gets the refusal as JSON too (exit 1 all the same)
+            reason = str(exc).split("\n", 1)[0]
+            click.echo(json.dumps({"status": "infeasible", "reason": reason, "limits": exc.hints}, indent=2))
+        raise
     click.echo(answer.render(fmt), nl=False)
     if bom_file is not None:
         answer.write_bom(bom_file)
