@@ -47,6 +47,8 @@ class Axis:
             return f"{value:+g}%" if self.relative else f"${value:,.0f}"
         if self.name == "budget":
             return f"${value:,.0f}"
+        if self.name in ("deadline", "power"):  # days and kW to the hundredth, not 15.7143
+            return f"{value:,.2f}".rstrip("0").rstrip(".")
         return f"{value:,.6g}"
 
 
