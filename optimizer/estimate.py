@@ -224,8 +224,7 @@ def _serve_lines(out: dict[str, Any], extrapolated: tuple[str, ...]) -> tuple[st
         f"at batch {out['batch_per_replica']} per replica (max {out['max_batch']}): "
         + ", ".join(f"{k} {v:,.1f}" for k, v in out["memory_breakdown_gb"].items()),
         ("" if out["fits"] else HYPOTHETICAL)
-        + f"TTFT {out['ttft_ms']:,.1f} ms, TPOT {out['tpot_ms']:,.1f} ms (decode step {out['decode_step_ms']:,.1f} ms: "
-        + ", ".join(f"{k} {v:,.2f}" for k, v in out["decode_breakdown_ms"].items() if v) + ")",
+        + f"TTFT {out['ttft_ms']:,.1f} ms, TPOT {out['tpot_ms']:,.1f} ms ({_decode_step_text(out)})",
         ("" if out["fits"] else HYPOTHETICAL)
         + f"{out['output_tokens_per_s']:,.0f} output tokens/s (90 % band {lo:,.0f}-{hi:,.0f}, "
         f"{out['band_90']['regime']}), {out['total_tokens_per_s']:,.0f} total tokens/s, "
@@ -247,6 +246,18 @@ def gpu_id(catalog: Catalog, text: str) -> str:
     if len(found) > 1:
         raise ProblemError(f"--gpu: '{text}' could be any of {', '.join(found)}. To fix: name the one you mean.")
     return text  # unknown: _resolve says so, with close matches
+
+
+DECODE_SUMMANDS = ("gemm", "attention", "tp_comm", "pp_send", "pp_handoff", "launches", "overhead")
+
+
+def _decode_step_text(out: dict[str, Any]) -> str:
+    """The decode step as the sum of its parts, then what the GEMMs and attention took the longer of
+    (weights and KV cache read, FLOPs): 'decode step 82.3 ms = gemm 26.0 + ...; within them ...'."""
+    parts = out["decode_breakdown_ms"]
+    summands = " + ".join(f"{k} {parts[k]:,.2f}" for k in DECODE_SUMMANDS if parts.get(k))
+    within = ", ".join(f"{k} {v:,.2f}" for k, v in parts.items() if k not in DECODE_SUMMANDS and v)
+    return f"decode step {out['decode_step_ms']:,.1f} ms = {summands}" + (f"; within them: {within}" if within else "")
 
 
 def _stack(catalog: Catalog, kind: str, ident: str | None, gpu_id: str) -> str:

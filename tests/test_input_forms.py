@@ -307,3 +307,17 @@ def test_an_infeasible_solve_asked_for_json_prints_json(tmp_path):
     out = json.loads(r.stdout)
     assert out["status"] == "infeasible" and out["reason"].startswith("no cluster meets every target")
     assert [x.split()[0] for x in out["limits"]] == ["budget", "global", "GPU", "deadline"]
+
+
+def test_the_decode_step_prints_as_the_sum_of_its_parts():
+    """estimate serve's decode step is printed as the parts that add up to it (GEMMs, attention, TP
+    all-reduces, launches, overhead), then what those took the longer of (weights and KV read, FLOPs)."""
+    import re
+
+    r = CliRunner().invoke(main, ["estimate", "serve", "--model", "llama2-70b", "--gpu", "h100-sxm", "--gpus", "8",
+                                  "--tp", "8", "--input-len", "512", "--output-len", "256"])
+    m = re.search(r"decode step ([0-9.,]+) ms = ([^;)]+)", r.output)
+    assert r.exit_code == 0 and m, r.output
+    total = sum(float(part.split()[1].replace(",", "")) for part in m.group(2).split(" + "))
+    assert total == pytest.approx(float(m.group(1)), abs=0.1)
+    assert "within them: weights_read" in r.output
