@@ -201,3 +201,16 @@ def test_screened_groups_give_the_whole_programs_answer(name, catalog, monkeypat
     whole = solve(table, t, "ortools", 60)
     assert (screened.candidate, screened.dp, screened.purchases) == (whole.candidate, whole.dp, whole.purchases)
     assert math.isclose(screened.objective, whole.objective, rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("name", ["lab_budget", "export_controlled_racks", "chat_and_batch_serving",
+                                  "rent_or_buy_pretrain", "owned_inventory_serving"])
+def test_every_priced_bill_of_materials_line_is_among_the_prices_used(name):
+    """What the buyer pays for is listed with its price's date and source: every catalog item of
+    the bill of materials (GPUs, servers, NICs, cables, switches, rentals) is in 'Prices used'."""
+    import json
+
+    answer = json.loads((Path(__file__).parent / "snapshots" / f"solve_{name}.json").read_text())
+    listed = {p["id"] for p in answer["prices_used"]}
+    billed = {r["sku"] for r in answer["bom"] if r["category"] in ("gpu", "server", "nic", "cable", "switch", "rent")}
+    assert billed <= listed, billed - listed

@@ -71,6 +71,8 @@ def prices_used(rec: Recommendation, catalog: Catalog) -> list[dict[str, Any]]:
             if fabric.nic is not None:
                 rows[fabric.nic] = _price_row("nic", fabric.nic, catalog.nics[fabric.nic].price)
             rows[fabric.switch] = _price_row("switch", fabric.switch, catalog.switches[fabric.switch].price)
+            for cable in dict.fromkeys(c for c in (fabric.server_cable, fabric.switch_cable) if c is not None):
+                rows[cable] = _price_row("cable", cable, catalog.cables[cable].price)
     for override in rec.problem.prices:  # the price book in force, whether or not the answer uses the item
         if override.item not in rows:
             rows[override.item] = {"kind": "unused", "id": override.item, "usd": override.usd,
