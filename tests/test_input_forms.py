@@ -123,7 +123,8 @@ def test_an_impossible_run_names_every_wall(tmp_path):
     assert [w.split()[1] for w in walls] == ["budget", "global", "GPU", "deadline"], walls
     assert "budget $1,000,000 (budget.usd)" in walls[0] and "x faster" in walls[0]
     assert "cap 4.0M tokens" in walls[1] and "workload.global_batch.max_tokens" in walls[1]
-    assert "GPU count 4,096 (hardware.max_gpus)" in walls[2]
+    assert "GPU count 4,096 (hardware.max_gpus, the default)" in walls[2]  # the file sets neither cap
+    assert "workload.global_batch.max_tokens, the default)" in walls[1]
     assert "deadline 7.0 days (deadline_days)" in walls[3]
     # GB300 comes in NVL72 racks bought whole: the hardware is priced in whole racks, not 54.2 of them
     assert "on 3,904 x gb300 ($192,498,240 of GPUs and servers: 3,960 GPUs in 55 x nvl72-gb300)" in walls[0]

@@ -20,8 +20,12 @@ from optimizer.milp import MilpSolution, Status, Targets, solve
 from optimizer.plans import Group, PlanTable
 from optimizer.problem import Problem
 from optimizer.problem.enums import Objective
+from optimizer.problem.schema import HardwareChoice
 from optimizer.recommend.targets import plan_table, targets_of
 
+# the problem schema's defaults (optimizer.problem.schema), named as such where a wall cites them
+DEFAULT_MAX_GPUS = HardwareChoice.model_fields["max_gpus"].default
+DEFAULT_BATCH_TOKENS = 4e6
 BINDS = 0.99  # a limit binds where lifting it makes the job at least 1 % faster
 
 
@@ -145,16 +149,19 @@ def _scale_walls(problem: Problem, s: MilpSolution, days: float, deadline: float
         tokens = job.max_global_batch * job.seq_len
         room = problem.max_gpus / gpus if gpus_bind else need  # how far more replicas go before max_gpus binds
         after = days / min(need, max(room, 1.0))
+        default = ", the default" if 0 <= DEFAULT_BATCH_TOKENS - tokens < job.seq_len else ""  # whole sequences
         out.append(Wall(limit="global_batch", field="workload.global_batch.max_tokens", days_before=days,
                         days_after=after,
                         text=f"global batch cap {tokens / 1e6:,.1f}M tokens ({job.max_global_batch:,} sequences, "
-                             f"workload.global_batch.max_tokens): stops data parallelism at {s.dp:,} replicas "
+                             f"workload.global_batch.max_tokens{default}): stops data parallelism at {s.dp:,} replicas "
                              f"({gpus:,} GPUs); {deadline:,.1f} days needs about {tokens * need / 1e6:,.0f}M tokens "
                              "per step, at some cost in convergence"))
         days = after
     if gpus_bind:
         out.append(Wall(limit="max_gpus", field="hardware.max_gpus", days_before=days, days_after=deadline,
-                        text=f"GPU count {problem.max_gpus:,} (hardware.max_gpus): {deadline:,.1f} days needs about "
+                        text=f"GPU count {problem.max_gpus:,} (hardware.max_gpus"
+                             f"{', the default' if problem.max_gpus == DEFAULT_MAX_GPUS else ''}): "
+                             f"{deadline:,.1f} days needs about "
                              f"{math.ceil(gpus * need):,} GPUs at the same speed each, some "
                              f"{hardware_cost(g, gpus * need)}"))
     if not out:  # neither cap binds: the site's own limits stop the cluster, or nothing does
