@@ -136,15 +136,24 @@ def _training_text(s: dict[str, Any], h) -> list[str]:
     ]
 
 
+def _rate_sources(g: dict[str, Any]) -> str:
+    """Where the interruption rate comes from: the failures' source, and on spot capacity the
+    provider's reclaims on top (an assumption of catalogs/facility.yaml, not the failures' source)."""
+    spot = g.get("spot_reclaims_per_gpu_day")
+    source = g.get("interruptions_source")
+    if spot:
+        failures = g["interruptions_per_gpu_day"] - spot
+        return (f": {failures:g} failures" + (f", from {source}" if source else "")
+                + f", and {spot:g} the spot provider reclaiming its capacity (an assumption)")
+    return f", from {source}" if source else ""
+
+
 def goodput_line(g: dict[str, Any]) -> str:
     """The failure allowance in a training answer's days (optimizer.perf.goodput)."""
     if not g["failures_per_day"]:
         return "Goodput 100 %: no failures assumed (goodput.interruptions_per_gpu_day: 0)."
     return (f"Goodput {g['fraction']:.1%}, included: the job expects {g['failures_per_day']:,.2f} failures a day "
-            f"(at {g['interruptions_per_gpu_day']:g} interruptions per GPU-day"
-            + (f", from {g['interruptions_source']}" if g.get("interruptions_source") else "")
-            + (f", {g['spot_reclaims_per_gpu_day']:g} of them the spot provider reclaiming its capacity"
-               if g.get("spot_reclaims_per_gpu_day") else "") + "); each "
+            f"(at {g['interruptions_per_gpu_day']:g} interruptions per GPU-day" + _rate_sources(g) + "); each "
             f"costs a {g['restart_minutes']:g}-minute restart and half a checkpoint interval of lost work "
             f"(a {g['checkpoint_minutes']:g}-minute checkpoint every {g['checkpoint_interval_h']:,.1f} h); "
             f"{g['days_without_failures']:,.1f} days without failures.")
