@@ -21,6 +21,7 @@ from optimizer.problem import load_priced, load_problem, problem_from_data
 from optimizer.recommend import recommend
 from optimizer.report import summary
 from optimizer.report.tco import cost_terms
+from optimizer.report.text import render_text
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEMS = ROOT / "problems"
@@ -577,3 +578,14 @@ def test_owned_gpus_are_kept_not_bought_in_the_break_even():
     assert "keeping them pays off above 8% utilisation" in owned and "buying" not in owned
     part, = break_even_lines([{**row, "owned_gpus": 5}], 3)
     assert part.startswith("8 x a100-sxm-80gb (5 owned, 3 bought): buying ($30,780 capex")
+
+
+def test_buy_or_rent_names_the_bought_gpus_no_cloud_offer_rents(catalog):
+    """lab_budget buys Gaudi 3s, which no on-demand offer in the catalog rents: the answer says so in
+    its buy-or-rent section instead of leaving the section out."""
+    problem, priced = load_priced(PROBLEMS / "lab_budget.yaml", catalog)
+    s = summary(recommend(problem, priced), priced)
+    assert s["no_rental_offer"] == ["gaudi3"] and s["break_even"] == []
+    text = render_text(s)
+    assert "gaudi3: no on-demand cloud offer in the catalog rents it" in text.split("Buy or rent")[1]
+

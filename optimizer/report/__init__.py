@@ -16,7 +16,7 @@ from optimizer.problem import Problem, ServeWorkload, TrainWorkload, answer_regi
 from optimizer.recommend import HOURS_PER_YEAR, Recommendation
 from optimizer.report.bom import BOM_COLUMNS, BomRow, _src, assumptions_used, bill_of_materials, write_bom
 from optimizer.report.owned import owned_account
-from optimizer.report.tco import break_even, cost_terms, prices_used
+from optimizer.report.tco import break_even, cost_terms, prices_used, unrentable
 from optimizer.report.text import acquire, network_line, render, render_text
 from optimizer.report.workloads import predicted_capacity, workloads_plan
 
@@ -63,6 +63,7 @@ def summary(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
         "bom": [r.as_dict() for r in bom],
         "prices_used": prices_used(rec, catalog),
         "break_even": break_even(rec, catalog),
+        "no_rental_offer": unrentable(rec, catalog),
         "owned": owned_account(rec, catalog),
         # towers, desktops and consumer rigs in the answer: flagged, as a data centre would not take them
         "workstations": sorted({rec.table.groups[b.group].server for b in rec.solution.purchases

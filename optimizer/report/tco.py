@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from optimizer.catalog import HOURS_PER_YEAR, Catalog, Offer, Price
@@ -95,6 +96,13 @@ def _month(date: str | None) -> int | None:
     return int(m.group(1)) * 12 + int(m.group(2) or 6) - 1 if m else None
 
 
+def unrentable(rec: Recommendation, catalog: Catalog) -> list[str]:
+    """GPUs the answer buys that no on-demand cloud offer in the catalog rents: no break-even for them."""
+    bought = sorted({rec.table.groups[b.group].gpu for b in rec.solution.purchases
+                     if not rec.table.groups[b.group].rented})
+    return [gpu for gpu in bought if _cheapest_offer(catalog, gpu) is None]
+
+
 def _cheapest_offer(catalog: Catalog, gpu: str) -> Offer | None:
     offers = [o for o in catalog.offers.values() if o.gpu == gpu and o.term == "on-demand"]
     return min(offers, key=lambda o: (o.price.usd, o.id)) if offers else None
@@ -150,8 +158,9 @@ def break_even(rec: Recommendation, catalog: Catalog) -> list[dict[str, Any]]:
     return out
 
 
-def break_even_lines(rows: list[dict[str, Any]], horizon_years: float) -> list[str]:
-    lines = []
+def break_even_lines(rows: list[dict[str, Any]], horizon_years: float, unrented: Sequence[str] = ()) -> list[str]:
+    lines = [f"{gpu}: no on-demand cloud offer in the catalog rents it, so there is no renting to weigh buying "
+             "against" for gpu in unrented]
     for r in rows:
         u = r["break_even_utilisation"]
         buying = (f"${r['buy_fixed_usd']:,.0f} capex, maintenance and colocation, plus up to "

@@ -49,9 +49,9 @@ def render_text(s: dict[str, Any], markdown: bool = False) -> str:
     if s["owned"]:
         lines.append(h("Owned hardware"))
         lines += owned_lines(s["owned"])
-    if s["break_even"]:
+    if s["break_even"] or s.get("no_rental_offer"):
         lines.append(h("Buy or rent"))
-        lines += break_even_lines(s["break_even"], cost["horizon_years"])
+        lines += break_even_lines(s["break_even"], cost["horizon_years"], s.get("no_rental_offer", []))
     lines.append(h("Prices used"))
     lines += price_lines(s["prices_used"])
     lines.append(h("Solver"))

@@ -147,8 +147,9 @@ def render_html(s: dict[str, Any], sweep: SweepResult | None, sweep_png: bytes |
                 _headline(s), "<h2>The plan</h2>", _items(plan_lines(s)),
                 "<h2>Bill of materials</h2>", _bom(s),
                 "<h2>Cost breakdown</h2>", _breakdown(s)]
-    if s["break_even"]:
-        sections += ["<h2>Buy or rent</h2>", _items(break_even_lines(s["break_even"], s["cost"]["horizon_years"]))]
+    if s["break_even"] or s.get("no_rental_offer"):
+        lines = break_even_lines(s["break_even"], s["cost"]["horizon_years"], s.get("no_rental_offer", []))
+        sections += ["<h2>Buy or rent</h2>", _items(lines)]
     sections += ["<h2>Prices used</h2>", _items(price_lines(s["prices_used"]))]
     if sweep is not None and sweep_png is not None:
         sections += ["<h2>Trade-offs: what more or less would buy</h2>", _sweep(sweep, sweep_png)]
