@@ -142,6 +142,7 @@ def test_site_limits_not_the_batch_cap_stop_a_racked_cluster(tmp_path):
     # the export rules, which a buyer may not be free to lift, with what they cost in days
     assert walls[1].startswith("  - export rules of region export-controlled (site.region): only h800-sxm, "
                                "a800-sxm, h20 may be bought; without them the fastest cluster")
+    assert "rented from" in walls[1]  # a min-cost problem rents by default: lifting the rules opens offers too
     assert walls[0].startswith("  - the site's limits (4 racks of 20 kW (site.racks), at most 16 h800-sxm "
                                "(hardware.max_units)) stop the fastest cluster at 96 GPUs")
     assert "x a800-sxm, some $" in walls[0]  # the GPUs the deadline needs, named
@@ -168,10 +169,10 @@ def test_walls_price_whole_servers():
 
     from optimizer.recommend.walls import hardware_cost
 
-    rack = SimpleNamespace(slots=72, full_only=True, gpu_usd=10.0, server_usd=1000.0, server="nvl72")
+    rack = SimpleNamespace(slots=72, full_only=True, gpu_usd=10.0, server_usd=1000.0, server="nvl72", rented=False)
     # 3,960 x $10 + 55 x $1,000
     assert hardware_cost(rack, 3904) == "$94,600 of GPUs and servers: 3,960 GPUs in 55 x nvl72"
-    box = SimpleNamespace(slots=8, full_only=False, gpu_usd=10.0, server_usd=100.0, server="hgx")
+    box = SimpleNamespace(slots=8, full_only=False, gpu_usd=10.0, server_usd=100.0, server="hgx", rented=False)
     assert hardware_cost(box, 12.2) == "$330 of GPUs and servers: 13 GPUs in 2 x hgx"
 
 

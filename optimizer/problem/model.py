@@ -124,6 +124,7 @@ class Problem:
     buy_gpus: tuple[str, ...] | None = None  # GPUs that may be bought (None: all of ``gpus``)
     inventory: tuple[Owned, ...] = ()
     offers: tuple[str, ...] = ()  # cloud offers that may be rented
+    offers_anywhere: tuple[str, ...] = ()  # the offers were the region's export rules lifted
     max_units: tuple[tuple[str, int], ...] = ()  # (GPU or server id, most units bought)
     allow_workstations: bool = True  # towers, desktops and consumer rigs may be chosen (not in a data centre)
     allow_used: bool = False  # GPUs bought at their used-market price where the catalog has one

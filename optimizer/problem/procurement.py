@@ -105,6 +105,7 @@ class ProcurementFields(TypedDict):
     buy_gpus: tuple[str, ...]
     inventory: tuple[Owned, ...]
     offers: tuple[str, ...]
+    offers_anywhere: tuple[str, ...]
     max_units: tuple[tuple[str, int], ...]
     maintenance_per_year: float
     colocation_usd_per_kw_month: float
@@ -266,6 +267,7 @@ def resolve_procurement(path: Path, spec: ProblemFile, gpus: tuple[str, ...], ca
     inventory = resolve_inventory(path, spec.inventory, catalog)
     usable = tuple(dict.fromkeys(gpus + tuple(o.gpu for o in inventory if o.gpu not in hw.exclude_gpus)))
     offers = resolve_offers(path, proc, catalog, buy, rent_by_default=spec.objective == "min_cost")
+    anywhere = resolve_offers(path, proc, catalog, gpus, spec.objective == "min_cost") if site.region else offers
     if not proc.buy:
         buy = ()
     for item, n in hw.max_units.items():
@@ -288,6 +290,7 @@ def resolve_procurement(path: Path, spec: ProblemFile, gpus: tuple[str, ...], ca
         buy_gpus=buy,
         inventory=inventory,
         offers=offers,
+        offers_anywhere=anywhere,
         max_units=tuple(sorted(hw.max_units.items())),
         maintenance_per_year=(fac.maintenance_per_year.value if site.maintenance_per_year is None
                               else site.maintenance_per_year),

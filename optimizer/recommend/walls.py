@@ -123,7 +123,10 @@ def whole_servers(g: Group, gpus: float) -> tuple[int, int, float]:
 
 
 def hardware_cost(g: Group, gpus: float) -> str:
-    """``whole_servers`` in words: '$X of GPUs and servers: N GPUs in S x server'."""
+    """``whole_servers`` in words: '$X of GPUs and servers: N GPUs in S x server' (rented: the
+    offer and its rate)."""
+    if g.rented:
+        return f"rented from {g.offer} at ${g.rent_usd_per_gpu_h:g}/GPU-hour"
     bought, servers, usd = whole_servers(g, gpus)
     return f"${usd:,.0f} of GPUs and servers: {bought:,} GPUs in {servers:,} x {g.server}"
 
@@ -195,7 +198,7 @@ def _region_wall(free: Problem, catalog: Catalog, backend: str, limit: float, da
         return None
     job = free.training
     assert job is not None
-    open_ = replace(free, region=None, buy_gpus=None, offers=_offers_without_region(free, catalog))
+    open_ = replace(free, region=None, buy_gpus=None, offers=free.offers_anywhere or free.offers)
     table = plan_table(open_, catalog)
     s = fastest(open_, table, backend, limit)
     if s is None or s.candidate is None or job.tokens / s.tokens_per_s / 86400 >= days * BINDS:
@@ -207,16 +210,6 @@ def _region_wall(free: Problem, catalog: Catalog, backend: str, limit: float, da
                 text=f"export rules of region {free.region} (site.region): only {allowed} may be bought; without "
                      f"them the fastest cluster (no budget or power cap) takes {after:,.1f} days instead of "
                      f"{days:,.1f}, on {gpus:,} x {g.gpu} ({hardware_cost(g, gpus)})")
-
-
-def _offers_without_region(free: Problem, catalog: Catalog) -> tuple[str, ...]:
-    """The offers the problem could rent without its export rules: every offer for its GPUs where it
-    rents every offer the rules allow (no list of its own), else its own list."""
-    allowed = set(catalog.regions[free.region].allowed_gpus) if free.region else set()
-    everything = {o for o, offer in catalog.offers.items() if offer.gpu in free.gpus}
-    if not free.offers or set(free.offers) != {o for o in everything if catalog.offers[o].gpu in allowed}:
-        return free.offers
-    return tuple(sorted(everything))
 
 
 def _budget_after(problem: Problem, g: Group, gpus: float, deadline: float) -> Wall | None:
