@@ -125,7 +125,7 @@ def _train_lines(out: dict[str, Any], default_stack: bool, extrapolated: tuple[s
         + ", ".join(f"{k} {v:,.1f}" for k, v in out["memory_breakdown_gb"].items()),
         f"step {out['step_time_s']:,.3f} s: " + ", ".join(f"{k} {v:,.3f}" for k, v in out["step_breakdown_s"].items()
                                                        if v),
-        ("" if out["fits"] else HYPOTHETICAL) + f"{out['tokens_per_s']:,.0f} tokens/s (90 % band {lo:,.0f}-{hi:,.0f}), "
+        _if_it_fit(out) + f"{out['tokens_per_s']:,.0f} tokens/s (90 % band {lo:,.0f}-{hi:,.0f}), "
         f"{out['tflops_per_gpu']:,.1f} TFLOP/s per GPU, MFU {out['mfu']:.1%} (HFU {out['hfu']:.1%})",
     ]
     if out["days"] is not None:
@@ -223,16 +223,16 @@ def _serve_lines(out: dict[str, Any], extrapolated: tuple[str, ...]) -> tuple[st
         f"({out['memory_total_gb']:,.1f} GB on the GPU; {verdict}) "
         f"at batch {out['batch_per_replica']} per replica (max {out['max_batch']}): "
         + ", ".join(f"{k} {v:,.1f}" for k, v in out["memory_breakdown_gb"].items()),
-        ("" if out["fits"] else HYPOTHETICAL)
-        + f"TTFT {out['ttft_ms']:,.1f} ms, TPOT {out['tpot_ms']:,.1f} ms ({_decode_step_text(out)})",
-        ("" if out["fits"] else HYPOTHETICAL)
-        + f"{out['output_tokens_per_s']:,.0f} output tokens/s (90 % band {lo:,.0f}-{hi:,.0f}, "
+        _if_it_fit(out) + f"TTFT {out['ttft_ms']:,.1f} ms, TPOT {out['tpot_ms']:,.1f} ms ({_decode_step_text(out)})",
+        _if_it_fit(out) + f"{out['output_tokens_per_s']:,.0f} output tokens/s (90 % band {lo:,.0f}-{hi:,.0f}, "
         f"{out['band_90']['regime']}), {out['total_tokens_per_s']:,.0f} total tokens/s, "
         f"{out['requests_per_s']:,.2f} requests/s for the group",
     )
 
 
-HYPOTHETICAL = "if it fit (it does not, see memory): "  # a configuration that does not fit is no answer
+def _if_it_fit(out: dict[str, Any]) -> str:
+    """The prefix of a rate line: a configuration that does not fit is no answer, its rates hypothetical."""
+    return "" if out["fits"] else "if it fit (it does not, see memory): "
 
 
 def gpu_id(catalog: Catalog, text: str) -> str:

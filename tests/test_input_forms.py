@@ -164,16 +164,21 @@ def test_a_budget_the_deadline_needs_many_times_over_is_named_after_the_gpu_coun
 
 def test_walls_price_whole_servers():
     """A rack-scale unit (NVL72) is bought whole with every slot filled; an 8-GPU server that may
-    be part-filled costs its GPUs and the whole chassis."""
-    from types import SimpleNamespace
+    be part-filled costs its GPUs and the whole chassis (milp.purchase decides, as for a solve)."""
+    from dataclasses import replace
 
+    from optimizer.plans.groups import Group
     from optimizer.recommend.walls import hardware_cost
 
-    rack = SimpleNamespace(slots=72, full_only=True, gpu_usd=10.0, server_usd=1000.0, server="nvl72", rented=False)
+    base = Group(gpu="g", server="s", fabric=None, slots=8, full_only=False, gpu_usd=10.0,
+                 server_usd=100.0, gpu_w=0.0, server_w=0.0, ports_per_server=0, port_usd=0.0, port_w=0.0,
+                 switch_ports=0, switch_usd=0.0, switch_w=0.0)
+    rack = replace(base, slots=72, full_only=True, server_usd=1000.0, server="nvl72")
     # 3,960 x $10 + 55 x $1,000
     assert hardware_cost(rack, 3904) == "$94,600 of GPUs and servers: 3,960 GPUs in 55 x nvl72"
-    box = SimpleNamespace(slots=8, full_only=False, gpu_usd=10.0, server_usd=100.0, server="hgx", rented=False)
-    assert hardware_cost(box, 12.2) == "$330 of GPUs and servers: 13 GPUs in 2 x hgx"
+    assert hardware_cost(replace(base, server="hgx"), 12.2) == "$330 of GPUs and servers: 13 GPUs in 2 x hgx"
+    rented = replace(base, offer="cloud-x", rent_usd_per_gpu_h=2.5)
+    assert hardware_cost(rented, 100) == "rented from cloud-x at $2.5/GPU-hour"
 
 
 def test_explain_names_the_same_walls_as_solve(tmp_path):

@@ -191,9 +191,8 @@ class Catalog:
 
     def mfu_ceiling_scope(self, gpu_id: str, precision: str) -> str:
         """Where ``mfu_ceiling`` comes from, in words: the GPU family's own runs, or every family's."""
-        family = self.gpus[gpu_id].family
-        table = self.efficiency.table.mfu_ceiling
-        if table is not None and f"{family}/{precision}" in table.hardware:
+        family, table = self.gpus[gpu_id].family, self.efficiency.table.mfu_ceiling
+        if table is not None and self.mfu_ceiling(gpu_id, precision) is not table.default:
             return f"on its GPU family ({family}) at {precision}"
         return f"on any GPU family (too few published {family} {precision} runs for one of its own)"
 

@@ -119,20 +119,16 @@ def training_memory(m: ModelSpec, plan: TrainPlan, reserved: float = 0.0) -> Mem
         )
         stages = [first, last]
     best: MemoryResult | None = None
-    experts_per_layer = shape.expert_params(m) / m.layers
-    edp = max(dp / plan.ep, 1.0)  # the expert-data-parallel group: the ranks that hold the same experts
+    # expert parallelism shards each stage's routed experts over ep GPUs; ZeRO shards their state
+    # over the expert-data-parallel group (dp/ep ranks hold the same experts), the dense part's over dp
+    experts = shape.expert_params(m) / m.layers * layers if m.moe else 0.0  # the same on every stage
+    routed, edp = experts / plan.ep / tp, max(dp / plan.ep, 1.0)
     for params, acts in stages:
-        # expert parallelism shards each stage's routed experts over ep GPUs; ZeRO shards their state
-        # over the expert-data-parallel group (dp/ep ranks), the dense part's over all dp ranks
-        experts = experts_per_layer * layers if m.moe else 0.0
-        dense, routed = (params - experts) / tp, experts / plan.ep / tp
-
-        def state(nbytes: float, stage: int, dense: float = dense, routed: float = routed) -> float:
-            """Bytes per GPU of a state ZeRO shards from ``stage`` on (1: optimizer, 2: gradients, 3: weights)."""
-            sharded = plan.zero >= stage
-            return nbytes * dense / (dp if sharded else 1) + nbytes * routed / (edp if sharded else 1)
-
-        weights, grads, optim = state(WEIGHT_BYTES, 3), state(GRAD_BYTES, 2), state(ADAM_BYTES, 1)
+        dense = (params - experts) / tp
+        # each state, sharded by ZeRO from its stage on (3: weights, 2: gradients, 1: optimizer)
+        weights, grads, optim = (nbytes * dense / (dp if plan.zero >= z else 1)
+                                 + nbytes * routed / (edp if plan.zero >= z else 1)
+                                 for nbytes, z in ((WEIGHT_BYTES, 3), (GRAD_BYTES, 2), (ADAM_BYTES, 1)))
         result = MemoryResult(weights, grads, optim, acts, reserved)
         if best is None or result.total > best.total:
             best = result

@@ -285,19 +285,15 @@ def training_memory(m: ModelSpec, p: PlanArrays, reserved: float = 0.0) -> np.nd
     one = (shape.param_count(m), act_layer * layers + logits)
     first = (layers * per_layer + embed_in, act_layer * layers * in_flight)
     last = (layers * per_layer + embed_out + shape.final_norm_params(m), act_layer * layers + logits)
-    experts_per_layer = shape.expert_params(m) / m.layers
-
-    edp = np.maximum(dp / p.ep, 1.0)  # expert-data-parallel group
+    # as perf.memory's: routed experts sharded over ep, their ZeRO state over the dp/ep ranks holding them
+    experts = shape.expert_params(m) / m.layers * layers if m.moe else 0.0
+    routed, edp = experts / p.ep / tp, np.maximum(dp / p.ep, 1.0)
 
     def total(params: np.ndarray | int, acts: np.ndarray) -> np.ndarray:
-        experts = experts_per_layer * layers if m.moe else 0.0
-        dense, routed = (params - experts) / tp, experts / p.ep / tp
-
-        def state(nbytes: float, stage: int) -> np.ndarray:  # as perf.memory's: ZeRO shards it from ``stage`` on
-            sharded = p.zero >= stage
-            return np.asarray(nbytes * dense / np.where(sharded, dp, 1) + nbytes * routed / np.where(sharded, edp, 1))
-
-        weights, grads, optim = state(WEIGHT_BYTES, 3), state(GRAD_BYTES, 2), state(ADAM_BYTES, 1)
+        dense = (params - experts) / tp
+        weights, grads, optim = (nbytes * dense / np.where(p.zero >= z, dp, 1)
+                                 + nbytes * routed / np.where(p.zero >= z, edp, 1)
+                                 for nbytes, z in ((WEIGHT_BYTES, 3), (GRAD_BYTES, 2), (ADAM_BYTES, 1)))
         return np.asarray(weights + grads + optim + acts + reserved)
 
     return np.where(pp == 1, total(*one), np.maximum(total(*first), total(*last)))

@@ -22,6 +22,7 @@ from optimizer.problem.procurement import (
     resolve_procurement,
 )
 from optimizer.problem.schema import (
+    DEFAULT_BATCH_TOKENS,
     SCHEMA_VERSION,
     GlobalBatch,
     HardwareChoice,
@@ -254,7 +255,7 @@ def _max_global_batch(path: Path, gb: GlobalBatch, seq_len: int) -> int:
     """The most sequences per step: as given, or max_tokens (default 4M) over the sequence length."""
     max_seqs = gb.max_seqs
     if max_seqs is None:
-        max_tokens = float(gb.max_tokens) if gb.max_tokens is not None else 4e6
+        max_tokens = float(gb.max_tokens if gb.max_tokens is not None else DEFAULT_BATCH_TOKENS)
         max_seqs = max(1, int(max_tokens // seq_len))
     if gb.min_seqs > max_seqs:
         raise ProblemError(f"{path}: field 'workload.global_batch': min_seqs {gb.min_seqs} exceeds max_seqs "

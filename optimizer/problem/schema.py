@@ -116,6 +116,9 @@ class ServeSpec(Strict):
         return self
 
 
+DEFAULT_BATCH_TOKENS = 4e6  # tokens per step a training job may take at most, unless its problem says
+
+
 class TrainSpec(Strict):
     kind: Literal["train"] = "train"
     model: str | InlineModel
@@ -123,7 +126,7 @@ class TrainSpec(Strict):
     precision: Literal["bf16", "fp16", "fp8", "fp4"] = "bf16"
     stack: str | None = None  # catalogs/stacks.yaml training stack; None: the default for each GPU's vendor
     seq_len: int | None = Field(default=None, ge=1)
-    global_batch: GlobalBatch = GlobalBatch(max_tokens=4e6)  # 4M tokens
+    global_batch: GlobalBatch = GlobalBatch(max_tokens=DEFAULT_BATCH_TOKENS)
 
 
 class TrainPhase(TrainSpec):

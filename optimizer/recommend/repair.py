@@ -33,16 +33,14 @@ class Repair:
     def enough(self, problem: Problem) -> str:
         """The repair in a clause, for the wall of the same limit (budget or power cap)."""
         if self.limit == "budget":
-            spend = "capex and rent" if problem.budget_covers is BudgetCovers.CAPEX else "TCO"
-            return f"${self.needed:,.0f} of {spend} (+${self.needed - self.current:,.0f}) meets every other target"
+            return (f"${self.needed:,.0f} of {_spend(problem)} (+${self.needed - self.current:,.0f}) meets every "
+                    "other target")
         return (f"{problem.power_text(self.needed)} (+{(self.needed - self.current) / 1e3:,.2f} kW of IT power) "
                 "meets every other target")
 
     def describe(self, problem: Problem) -> str:
         if self.limit == "budget":
-            # a capex budget counts rent too (milp.formulation.add_budget)
-            spend = "capex and rent" if problem.budget_covers is BudgetCovers.CAPEX else "TCO"
-            return (f"budget: the least {spend} that meets the other targets is ${self.needed:,.0f}; "
+            return (f"budget: the least {_spend(problem)} that meets the other targets is ${self.needed:,.0f}; "
                     f"the budget is ${self.current:,.0f} (+${self.needed - self.current:,.0f})")
         if self.limit == "power":
             if problem.facility_power_cap_w is None:
@@ -53,6 +51,11 @@ class Repair:
                     f"+{(self.needed - self.current) / 1e3:,.2f} kW of IT power)")
         return (f"deadline: the fastest cluster within the other limits takes {self.needed / 86400:,.3f} days; "
                 f"the deadline is {self.current / 86400:,.1f} days (+{(self.needed - self.current) / 86400:,.3f} days)")
+
+
+def _spend(problem: Problem) -> str:
+    """What the budget counts: capex and rent (milp.formulation.add_budget), or the TCO."""
+    return "capex and rent" if problem.budget_covers is BudgetCovers.CAPEX else "TCO"
 
 
 def repairs(problem: Problem, catalog: Catalog, table: PlanTable, backend: str, limit: float) -> list[Repair]:

@@ -16,16 +16,15 @@ import math
 from dataclasses import dataclass, replace
 
 from optimizer.catalog import Catalog
-from optimizer.milp import MilpSolution, Status, Targets, solve
+from optimizer.milp import GroupCount, MilpSolution, Status, Targets, purchase, solve
 from optimizer.plans import Group, PlanTable
 from optimizer.problem import Problem
 from optimizer.problem.enums import Objective
-from optimizer.problem.schema import HardwareChoice
+from optimizer.problem.schema import DEFAULT_BATCH_TOKENS, HardwareChoice
 from optimizer.recommend.targets import plan_table, targets_of
 
 # the problem schema's defaults (optimizer.problem.schema), named as such where a wall cites them
 DEFAULT_MAX_GPUS = HardwareChoice.model_fields["max_gpus"].default
-DEFAULT_BATCH_TOKENS = 4e6
 BINDS = 0.99  # a limit binds where lifting it makes the job at least 1 % faster
 
 
@@ -114,12 +113,12 @@ def _faster(before: float, after: float) -> str:
     return f", {before / after:,.0f}x faster" if math.isfinite(before) and before / after >= 1.5 else ""
 
 
-def whole_servers(g: Group, gpus: float) -> tuple[int, int, float]:
-    """(GPUs bought, servers, USD before the network) for ``gpus`` GPUs of group ``g`` in whole
-    servers: a rack-scale unit such as an NVL72 is bought whole, with every slot filled."""
-    servers = math.ceil(math.ceil(gpus) / g.slots)
-    bought = servers * g.slots if g.full_only else math.ceil(gpus)
-    return bought, servers, bought * g.gpu_usd + servers * g.server_usd
+def whole_servers(g: Group, gpus: float) -> tuple[GroupCount, float]:
+    """The least hardware that runs ``gpus`` GPUs of group ``g`` (``milp.purchase``: whole servers,
+    a rack-scale unit such as an NVL72 with every slot filled) and what its GPUs and servers cost
+    before the network."""
+    count = purchase(g, math.ceil(gpus))
+    return count, count.gpus * g.gpu_usd + count.servers * g.server_usd
 
 
 def hardware_cost(g: Group, gpus: float) -> str:
@@ -127,8 +126,8 @@ def hardware_cost(g: Group, gpus: float) -> str:
     offer and its rate)."""
     if g.rented:
         return f"rented from {g.offer} at ${g.rent_usd_per_gpu_h:g}/GPU-hour"
-    bought, servers, usd = whole_servers(g, gpus)
-    return f"${usd:,.0f} of GPUs and servers: {bought:,} GPUs in {servers:,} x {g.server}"
+    count, usd = whole_servers(g, gpus)
+    return f"${usd:,.0f} of GPUs and servers: {count.gpus:,} GPUs in {count.servers:,} x {g.server}"
 
 
 def _scale_walls(problem: Problem, s: MilpSolution, days: float, deadline: float, gpus: int,
@@ -217,12 +216,16 @@ def _budget_after(problem: Problem, g: Group, gpus: float, deadline: float) -> W
     the budget's own wall (lifting it alone, the power cap or GPU count still binding) cannot show."""
     if problem.budget_usd is None:
         return None
-    bought, servers, usd = whole_servers(g, gpus)
+    if g.rented:  # rented for the whole deadline at the offer's rate
+        bought, usd, what = math.ceil(gpus), math.ceil(gpus) * g.rent_usd_per_gpu_h * deadline * 24, "in rent"
+    else:
+        count, usd = whole_servers(g, gpus)
+        bought, what = count.gpus, "in GPUs and servers alone"
     if usd <= problem.budget_usd:
         return None
     return Wall(limit="budget", field="budget.usd", days_before=deadline, days_after=deadline,
                 text=f"budget ${problem.budget_usd:,.0f} (budget.usd): the {bought:,} x {g.gpu} that "
-                     f"{deadline:,.1f} days needs cost some ${usd:,.0f} in GPUs and servers alone, "
+                     f"{deadline:,.1f} days needs cost some ${usd:,.0f} {what}, "
                      f"{usd / problem.budget_usd:,.0f}x the budget")
 
 
