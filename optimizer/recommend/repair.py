@@ -14,7 +14,7 @@ from optimizer.plans import PlanTable
 from optimizer.problem import Problem
 from optimizer.problem.enums import BudgetCovers, Objective
 from optimizer.recommend.targets import plan_table, targets_of
-from optimizer.recommend.walls import deadline_walls, solve_if_any
+from optimizer.recommend.walls import deadline_walls, fastest, solve_if_any
 
 
 @dataclass(frozen=True)
@@ -86,9 +86,8 @@ def repairs(problem: Problem, catalog: Catalog, table: PlanTable, backend: str, 
             out.append(Repair("power", problem.power_cap_w, needed))
     job = problem.training
     if job is not None and job.deadline_s is not None:
-        fastest = replace(targets, deadline_s=None, objective=Objective.MIN_TIME)
-        s = solve_if_any(table, fastest, backend, limit, problem)
-        if s is not None and s.tokens_per_s > 0:
+        s = fastest(problem, table, backend, limit)
+        if s is not None:
             days = math.ceil(job.tokens / s.tokens_per_s / 86.4) / 1000
             out.append(Repair("deadline", job.deadline_s, days * 86400))
     return out

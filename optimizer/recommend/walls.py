@@ -230,9 +230,24 @@ def _budget_after(problem: Problem, g: Group, gpus: float, deadline: float) -> W
 
 
 def fastest(problem: Problem, table: PlanTable, backend: str, limit: float) -> MilpSolution | None:
-    """The fastest cluster over ``table`` within the problem's limits, without its deadline."""
+    """The fastest cluster over ``table`` within the problem's limits, without its deadline.
+
+    A committed term (a month, a year) is billed for the terms the deadline spans; without the
+    deadline a slower job rents it for longer. Where the fastest cluster rents on a term its job
+    outlasts, that group is re-billed for the terms the job spans and the solve repeats (billing
+    only grows, so this ends)."""
     targets = replace(targets_of(problem), deadline_s=None, objective=Objective.MIN_TIME)
-    s = solve_if_any(table, targets, backend, limit, problem)
+    job = problem.training
+    for _ in range(8):
+        s = solve_if_any(table, targets, backend, limit, problem)
+        if s is None or s.tokens_per_s <= 0 or s.candidate is None or job is None:
+            break
+        g = table.groups[s.candidate.group]
+        hours = job.tokens / s.tokens_per_s / 3600
+        if not (g.rented and 0 < g.rent_hours < hours * (1 - 1e-9)):
+            break
+        terms = math.ceil(hours / g.rent_hours - 1e-9)  # the deadline's terms, taken as often as the job needs
+        table = replace(table, groups={**table.groups, g.key: replace(g, rent_hours=g.rent_hours * terms)})
     return s if s is not None and s.tokens_per_s > 0 else None
 
 
