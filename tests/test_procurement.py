@@ -564,6 +564,43 @@ def test_used_hardware_is_bought_at_used_prices_only_where_the_problem_allows_it
     assert priced.gpus["rtx-a6000"].price.condition == "used"
 
 
+def test_a_gpu_no_longer_sold_new_is_bought_used_or_at_a_quote(tiny_problem, catalog):
+    """An end-of-life GPU (sold_new: false: the A100 40GB, the V100) is not bought at its old list
+    price: alone it is bad input naming allow_used; beside other GPUs explain says why it is out;
+    allow_used buys it at its dated used-market price, and so does a quote in the price book."""
+    a100 = catalog.gpus["a100-sxm-40gb"]
+    assert not a100.sold_new and a100.used_price is not None and a100.used_price.date >= "2026"
+    runner = CliRunner()
+    text = tiny_problem.read_text().replace("[a100-sxm-80gb, l40s]", "[a100-sxm-40gb]")
+    tiny_problem.write_text(text)
+    alone = runner.invoke(main, ["solve", str(tiny_problem)])
+    assert alone.exit_code == 2 and "a100-sxm-40gb is no longer sold new" in alone.output
+    assert "set hardware.allow_used: true to buy used ones (a100-sxm-40gb $4,300, 2026-07-22)" in alone.output
+    tiny_problem.write_text(text.replace("[a100-sxm-40gb]", "[a100-sxm-40gb, l40s]"))
+    explained = runner.invoke(main, ["explain", str(tiny_problem)])
+    assert explained.exit_code == 0
+    assert "end of life: no longer sold new; hardware.allow_used: true buys it used ($4,300, 2026-07-22)" in (
+        explained.output)
+    tiny_problem.write_text(text.replace("max_gpus: 64}", "max_gpus: 64, allow_used: true}"))
+    used = json.loads(runner.invoke(main, ["solve", str(tiny_problem), "--format", "json"]).output)
+    row = next(r for r in used["bom"] if r["category"] == "gpu")
+    assert row["unit_price_usd"] == a100.used_price.usd and row["description"].endswith("(used)")
+    tiny_problem.write_text(text)
+    quoted = json.loads(runner.invoke(main, ["solve", str(tiny_problem), "--format", "json",
+                                             "--price", "a100-sxm-40gb=5000"]).output)
+    assert next(r for r in quoted["bom"] if r["category"] == "gpu")["unit_price_usd"] == 5000
+    tiny_problem.write_text(text + "prices: {a100-sxm-40gb: 4800}\n")
+    booked = json.loads(runner.invoke(main, ["solve", str(tiny_problem), "--format", "json"]).output)
+    assert next(r for r in booked["bom"] if r["category"] == "gpu")["unit_price_usd"] == 4800
+    # compare prices it at its used price, and says so
+    compared = json.loads(runner.invoke(main, ["compare", "--model", "llama2-7b", "--workload", "train",
+                                               "--format", "json"]).output)
+    rows = compared["gpus"] if isinstance(compared, dict) else compared
+    a100_row = next(r for r in rows if r["gpu"] == "a100-sxm-40gb")
+    assert a100_row["gpu_price_usd"] == a100.used_price.usd and a100_row["gpu_price_condition"] == "used"
+    assert next(r for r in rows if r["gpu"] == "h100-sxm")["gpu_price_condition"] == "new"
+
+
 def test_owned_gpus_are_kept_not_bought_in_the_break_even():
     """A group the site already owns has nothing to buy: its line weighs keeping it (maintenance,
     colocation, electricity) against renting; a part-owned group says how many it buys."""

@@ -22,6 +22,7 @@ from optimizer.catalog.files import (  # the file schemas
     ServerFile,
     UncertaintyFile,
 )
+from optimizer.catalog.offers import Offer
 from optimizer.catalog.prices import PRICED, PricedEntry, priced_item, with_price, with_used_prices
 from optimizer.catalog.records import (  # re-exported: the records are part of the catalog's surface
     AT_BATCH,
@@ -43,7 +44,6 @@ from optimizer.catalog.records import (  # re-exported: the records are part of 
     LinkType,
     ModelPreset,
     Nic,
-    Offer,
     Price,
     Pue,
     RackFacts,

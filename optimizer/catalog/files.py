@@ -6,6 +6,7 @@ from __future__ import annotations
 from pydantic import ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from optimizer.catalog.offers import Offer
 from optimizer.catalog.records import (
     Bands,
     Cable,
@@ -14,7 +15,6 @@ from optimizer.catalog.records import (
     LinkType,
     ModelPreset,
     Nic,
-    Offer,
     Record,
     Region,
     Server,

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from optimizer.catalog.records import Cable, Gpu, Nic, Offer, Server, Switch
+from optimizer.catalog.offers import Offer
+from optimizer.catalog.records import Cable, Gpu, Nic, Server, Switch
 from optimizer.errors import CatalogError, suggest
 
 if TYPE_CHECKING:
@@ -26,11 +27,16 @@ def priced_item(cat: Catalog, item_id: str) -> tuple[str, PricedEntry]:
                        f"{suggest(item_id, ids)} To fix: use an id from 'gpuopt catalog list'.")
 
 
-def with_used_prices(cat: Catalog) -> Catalog:
-    """The catalog with every GPU whose used-market price is below its new one priced at it, marked
-    used: what a problem that allows used hardware buys from (at no saving, new is bought)."""
+def with_used_prices(cat: Catalog, end_of_life_only: bool = False) -> Catalog:
+    """The catalog with every GPU whose used-market price is below its new one, or that is no longer
+    sold new, priced at its used price, marked used: what a problem that allows used hardware buys
+    from (at no saving, new is bought). ``end_of_life_only``: only those no longer sold new."""
+    def used(g: Gpu) -> bool:
+        return g.used_price is not None and (not g.sold_new or (g.used_price.usd < g.price.usd
+                                                                and not end_of_life_only))
+
     gpus = {gid: g.model_copy(update={"price": g.used_price.model_copy(update={"condition": "used"})})
-            if g.used_price is not None and g.used_price.usd < g.price.usd else g for gid, g in cat.gpus.items()}
+            if used(g) and g.used_price is not None else g for gid, g in cat.gpus.items()}
     return replace(cat, gpus=gpus)
 
 

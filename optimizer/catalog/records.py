@@ -1,6 +1,6 @@
 """The catalog's records: frozen pydantic models of the YAML files under catalogs/ (GPUs, servers,
-links, NICs, switches, cables, fabrics, model presets, facility, export regions, cloud offers,
-uncertainty bands), every figure with its source and date, units in the field names."""
+links, NICs, switches, cables, fabrics, model presets, facility, export regions, uncertainty
+bands; cloud offers are in ``offers``), every figure with its source and date, units in the field names."""
 
 from __future__ import annotations
 
@@ -87,9 +87,9 @@ class Gpu(Record):
     tdp_w: float = Field(gt=0, le=10_000)
     datacenter_license: bool
     purchasable: bool = True  # False: kept for calibration; offered only when a problem lists it in allow_gpus
-    price: Price  # new
-    # second-hand or refurbished (eBay sales, resellers' refurbished stock), bought only where a
-    # problem sets hardware.allow_used: true
+    price: Price  # new (the last new price, where sold_new is false)
+    sold_new: bool = True  # False: end of life, no longer sold new; bought used only (hardware.allow_used)
+    # second-hand or refurbished, bought only where a problem sets hardware.allow_used: true
     used_price: Price | None = None
     specs: dict[str, str]  # numeric spec (memory_gb, bf16_tflops, ...) -> key of the file's spec_sources
     source: str
@@ -335,32 +335,6 @@ class Region(Record):
     allowed_gpus: tuple[str, ...]
     date: str
     source: str
-
-
-class Offer(Record):
-    """A cloud rental: GPUs of one type in instances shaped like a catalog server, on a fabric
-    (None: instances are not networked for training across them). ``price.usd`` is per GPU-hour."""
-
-    id: str
-    provider: str
-    name: str
-    gpu: str
-    server: str
-    fabric: str | None = None
-    gpus_per_instance: int = Field(ge=1, le=72)
-    term: Literal["on-demand", "spot", "1mo", "1yr", "3yr"]
-    min_gpus: int | None = Field(default=None, ge=1)
-    max_gpus: int | None = Field(default=None, ge=1)
-    price: Price
-
-    @property
-    def term_hours(self) -> float:
-        """Hours a committed term bills per GPU (0 on demand or spot, billed by use)."""
-        return {"1mo": HOURS_PER_YEAR / 12, "1yr": HOURS_PER_YEAR, "3yr": 3 * HOURS_PER_YEAR}.get(self.term, 0.0)
-
-    @property
-    def interruptible(self) -> bool:  # spot capacity: the provider may reclaim it at any time
-        return self.term == "spot"
 
 
 QUANTILES = (5, 10, 20, 25, 50, 75, 80, 90, 95)

@@ -264,12 +264,23 @@ def no_group_reason(problem: Problem, catalog: Catalog, gpu_id: str) -> str:
             region = catalog.regions[problem.region]
             return (f"export rules: region '{region.id}' allows only {', '.join(region.allowed_gpus)} "
                     f"({region.date})")
+        if gpu_id in problem.end_of_life:
+            return end_of_life_reason(catalog, gpu_id)
         return "not bought (procurement.buy is false), not owned and no cloud offer rents it"
     takers = [sv for sv in catalog.servers_for(gpu_id) if sv.id not in problem.exclude_servers]
     if takers and all(sv.workstation for sv in takers) and not problem.allow_workstations:
         return (f"only workstation towers or consumer rigs take it ({', '.join(sv.id for sv in takers)}), and this "
                 "data centre does not (site.allow_workstations: true allows them)")
     return "no server in the catalog (or allowed by the problem) takes it"
+
+
+def end_of_life_reason(catalog: Catalog, gpu_id: str) -> str:
+    """Why a GPU no longer sold new is not bought, and the switch that buys it used."""
+    used = catalog.gpus[gpu_id].used_price
+    if used is None:
+        return "end of life: no longer sold new, and the catalog has no used-market price for it"
+    return (f"end of life: no longer sold new; hardware.allow_used: true buys it used "
+            f"(${used.usd:,.0f}, {used.date})")
 
 
 LICENCE_REASON = "licence: the GeForce driver EULA forbids data-centre deployment"

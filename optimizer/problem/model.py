@@ -122,6 +122,7 @@ class Problem:
     solver: SolverOptions
     confidence: int | None = None  # plan so targets hold with this probability (percent)
     buy_gpus: tuple[str, ...] | None = None  # GPUs that may be bought (None: all of ``gpus``)
+    end_of_life: tuple[str, ...] = ()  # GPUs not bought because they are no longer sold new
     inventory: tuple[Owned, ...] = ()
     offers: tuple[str, ...] = ()  # cloud offers that may be rented
     offers_anywhere: tuple[str, ...] = ()  # the offers were the region's export rules lifted

@@ -103,6 +103,7 @@ class ProcurementFields(TypedDict):
 
     gpus: tuple[str, ...]
     buy_gpus: tuple[str, ...]
+    end_of_life: tuple[str, ...]
     inventory: tuple[Owned, ...]
     offers: tuple[str, ...]
     offers_anywhere: tuple[str, ...]
@@ -244,6 +245,27 @@ def apply_prices(catalog: Catalog, prices: tuple[PriceOverride, ...]) -> Catalog
     return catalog
 
 
+def nothing_usable(path: Path, end_of_life: tuple[str, ...], catalog: Catalog) -> ProblemError:
+    """The error of a problem with nothing to buy, rent or use, naming GPUs no longer sold new."""
+    if not end_of_life:
+        return ProblemError(f"{path}: nothing can be used: buying is off or no GPU may be bought here, nothing is "
+                            "rented and the inventory is empty. To fix: set procurement.buy or procurement.rent, "
+                            "or list an inventory.")
+    used = [f"{g} ${p.usd:,.0f}, {p.date}" for g in end_of_life if (p := catalog.gpus[g].used_price)]
+    return ProblemError(f"{path}: nothing can be used: {', '.join(end_of_life)} "
+                        f"{'is' if len(end_of_life) == 1 else 'are'} no longer sold new, nothing is rented and the "
+                        "inventory is empty. To fix: set hardware.allow_used: true to buy used ones"
+                        + (f" ({'; '.join(used)})" if used else "") + ", quote a price in the problem's 'prices', "
+                        "allow a GPU still sold new, or set procurement.rent.")
+
+
+def _end_of_life(spec: ProblemFile, buy: tuple[str, ...], catalog: Catalog) -> tuple[str, ...]:
+    """The GPUs to buy that are no longer sold new: bought only used, where the problem allows used
+    hardware, or at a price its price book quotes."""
+    return tuple(g for g in buy if not catalog.gpus[g].sold_new and g not in spec.prices
+                 and not (spec.hardware.allow_used and catalog.gpus[g].used_price))
+
+
 def resolve_procurement(path: Path, spec: ProblemFile, gpus: tuple[str, ...], catalog: Catalog) -> ProcurementFields:
     """The Problem fields of the procurement sections of a validated ``ProblemFile``: which GPUs
     may be used and bought (vendors, region, buy switch), the inventory, offers, caps, racks,
@@ -268,8 +290,8 @@ def resolve_procurement(path: Path, spec: ProblemFile, gpus: tuple[str, ...], ca
     usable = tuple(dict.fromkeys(gpus + tuple(o.gpu for o in inventory if o.gpu not in hw.exclude_gpus)))
     offers = resolve_offers(path, proc, catalog, buy, rent_by_default=spec.objective == "min_cost")
     anywhere = resolve_offers(path, proc, catalog, gpus, spec.objective == "min_cost") if site.region else offers
-    if not proc.buy:
-        buy = ()
+    end_of_life = _end_of_life(spec, buy, catalog) if proc.buy else ()
+    buy = tuple(g for g in buy if g not in end_of_life) if proc.buy else ()
     for item, n in hw.max_units.items():
         if item not in catalog.gpus and item not in catalog.servers:
             ids = list(catalog.gpus) + list(catalog.servers)
@@ -277,10 +299,8 @@ def resolve_procurement(path: Path, spec: ProblemFile, gpus: tuple[str, ...], ca
                                f"{suggest(item, ids)}")
         if n < 0:
             raise ProblemError(f"{path}: field 'hardware.max_units.{item}': must be 0 or more, got {n}.")
-    if not buy and not offers and not inventory:
-        raise ProblemError(f"{path}: nothing can be used: buying is off or no GPU may be bought here, nothing is "
-                           "rented and the inventory is empty. To fix: set procurement.buy or procurement.rent, or "
-                           "list an inventory.")
+    if not buy and not offers and not inventory and not end_of_life:  # (those wait for the price book)
+        raise nothing_usable(path, (), catalog)
     fac = catalog.facility
     colo = site.colocation_usd_per_kw_month
     if colo is None:
@@ -288,6 +308,7 @@ def resolve_procurement(path: Path, spec: ProblemFile, gpus: tuple[str, ...], ca
     return ProcurementFields(
         gpus=usable,
         buy_gpus=buy,
+        end_of_life=end_of_life,
         inventory=inventory,
         offers=offers,
         offers_anywhere=anywhere,

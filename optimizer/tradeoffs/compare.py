@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from optimizer.catalog import Catalog
+from optimizer.catalog import Catalog, with_used_prices
 from optimizer.milp import group_costs, purchase
 from optimizer.perf.train import train_step
 from optimizer.plans import enumerate_candidates, licence_reason
@@ -62,6 +62,7 @@ class GpuComparison:
     train_reason: str
     serve: ServeFigure | None
     serve_reason: str
+    price_condition: str = "new"  # "used": no longer sold new, priced at its used-market price
 
 
 def _problem(catalog: Catalog, model: str, kind: str, gpus: int, input_len: int, output_len: int,
@@ -69,9 +70,10 @@ def _problem(catalog: Catalog, model: str, kind: str, gpus: int, input_len: int,
     """A synthetic problem that lets every GPU in (licence is reported, not enforced)."""
     where = Path("gpuopt compare")  # messages name the option; a model file is read relative to the cwd
     resolve_model(model, catalog, where, "--model")
+    # GPUs at their purchase prices, per $1k bought: those no longer sold new at their used ones
     data: dict[str, Any] = {"schema_version": 1, "name": f"compare-{kind}", "objective": "min_cost",
-                            "site": {"datacenter": False}, "hardware": {"max_gpus": gpus},
-                            "procurement": {"rent": False}}  # GPUs at their purchase prices, per $1k bought
+                            "site": {"datacenter": False}, "hardware": {"max_gpus": gpus, "allow_used": True},
+                            "procurement": {"rent": False}}
     if kind == "train":
         data.update(workload={"kind": "train", "model": model, "tokens": "1T"}, deadline_days=30)
     else:
@@ -133,7 +135,8 @@ def _serve_figures(problem: Problem, catalog: Catalog) -> tuple[dict[str, ServeF
 
 def compare(catalog: Catalog, model: str, workload: str = "both", gpus: int = 64, input_len: int = 512,
             output_len: int = 256, tpot_ms: float | None = None) -> tuple[Problem, list[GpuComparison]]:
-    """One row per catalog GPU, in catalog id order."""
+    """One row per catalog GPU, in catalog id order; GPUs no longer sold new at their used prices."""
+    catalog = with_used_prices(catalog, end_of_life_only=True)
     base = _problem(catalog, model, "train" if workload != "serve" else "serve", gpus, input_len, output_len,
                     tpot_ms)
     train, train_why = _train_figures(base, catalog, gpus) if workload != "serve" else ({}, {})
@@ -150,7 +153,7 @@ def compare(catalog: Catalog, model: str, workload: str = "both", gpus: int = 64
         skipped = "not compared" if g.purchasable else "not compared: in the catalog for calibration only"
         rows.append(GpuComparison(gid, g.memory_gb, g.price.usd, licence_reason(strict, catalog, gid) is None,
                                   train.get(gid), train_why.get(gid, skipped),
-                                  serve.get(gid), serve_why.get(gid, skipped)))
+                                  serve.get(gid), serve_why.get(gid, skipped), g.price.condition))
     return base, rows
 
 
@@ -162,6 +165,7 @@ def to_records(problem: Problem, rows: list[GpuComparison], gpus: int) -> list[d
     out = []
     for r in rows:
         rec: dict[str, Any] = {"gpu": r.gpu, "memory_gb": r.memory_gb, "gpu_price_usd": r.price_usd,
+                               "gpu_price_condition": r.price_condition,
                                "datacenter_licence": r.datacenter_ok}
         if r.train is not None:
             t = r.train
@@ -194,8 +198,8 @@ def _ranked(rows: list[GpuComparison], figure, reason, rank, cells) -> list[str]
 
 def render_text(problem: Problem, rows: list[GpuComparison], workload: str, gpus: int, input_len: int,
                 output_len: int) -> str:
-    lines = [f"gpuopt compare: {problem.workload.model_id}, every GPU in the catalog (prices as listed; * = GeForce "
-             "licence forbids data centres)"]
+    lines = [f"gpuopt compare: {problem.workload.model_id}, every GPU in the catalog (new prices as listed, used ones "
+             "for GPUs no longer sold new; * = GeForce licence forbids data centres)"]
     if workload != "serve":
         lines += ["", f"Training on {gpus} GPUs (fastest plan; tokens/s per $1k of GPUs, servers and network):",
                   f"  {'gpu':<{ID_WIDTH}}{'mem GiB':>8}{'tok/s/GPU':>11}{'MFU':>7}{'tok/s per $1k':>15}"
