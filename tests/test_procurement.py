@@ -425,7 +425,7 @@ def test_estimate_train_takes_a_memory_headroom():
     assert bad.exit_code == 2 and "memory-headroom" in bad.output
 
 
-def test_training_days_include_failures_and_restarts(catalog):
+def test_training_days_include_failures_and_restarts(catalog, tmp_path):
     """Goodput (Young 1974): a job on N GPUs fails N x 0.000474 times a day (Llama 3's 419
     interruptions on 16,384 H100s in 54 days); each costs a restart and half a checkpoint interval.
     The days include it, on their own line; a problem can set the rate to zero."""
@@ -449,8 +449,11 @@ def test_training_days_include_failures_and_restarts(catalog):
     ideal = _solve(data, catalog)
     assert summary(ideal, catalog)["plan"]["goodput"]["fraction"] == 1.0
     assert ideal.solution.tco <= rec.solution.tco  # failures cost hardware (or time)
-    text = CliRunner().invoke(main, ["solve", "problems/rent_or_buy_pretrain.yaml"]).output
-    assert "Goodput 65.8%, included: the job expects 64.03 failures a day" in text  # the shipped answer rents spot
+    spot = tmp_path / "spot.yaml"
+    spot.write_text(yaml.safe_dump({**_data("rent_or_buy_pretrain.yaml"),
+                                    "procurement": {"buy": True, "rent": True, "offers": ["coreweave-h100-spot"]}}))
+    text = CliRunner().invoke(main, ["solve", str(spot)]).output
+    assert "Goodput 65.8%, included: the job expects 64.03 failures a day" in text  # 64 spot H100s
     assert "and 1 the spot provider reclaiming its capacity (an assumption)" in text
     assert "0.000474 failures, from Llama 3 Herd of Models (Meta, arXiv 2407.21783) section 3.3.4" in text
     data["goodput"] = {"interruptions_per_gpu_day": 0.001}
