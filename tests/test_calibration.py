@@ -469,6 +469,38 @@ def test_the_mfu_ceiling_is_the_best_published_dense_run(catalog):
     assert measured_mfu(c) == pytest.approx(c.measured * float(c.terms.model_flops_per_token) / float(c.terms.peak))
 
 
+def test_an_unmeasured_gpu_family_gets_no_looser_mfu_ceiling_than_a_measured_one(catalog):
+    """A family without dense runs of its own takes the ceiling of the family whose efficiencies it
+    borrows (Blackwell BF16: Hopper's), else the lowest of the measured families' at that precision
+    (MI300X, Gaudi 3 BF16), never the 65.3 % of all runs; the re-check's wording says which."""
+    table = catalog.efficiency.table.mfu_ceiling
+    assert table is not None and "hopper/bf16" in table.hardware and "blackwell/bf16" not in table.hardware
+    assert catalog.mfu_ceiling("b200", "bf16") == table.hardware["hopper/bf16"]
+    assert "on hopper, whose efficiencies blackwell borrows" in catalog.mfu_ceiling_scope("b200", "bf16")
+    lowest = min(c.value for k, c in table.hardware.items() if k.endswith("/bf16"))
+    for gpu in ("mi300x", "mi355x", "gaudi3"):
+        assert catalog.mfu_ceiling(gpu, "bf16").value == lowest < table.default.value
+        assert catalog.mfu_ceiling_scope(gpu, "bf16").startswith("the lowest of the GPU families")
+    assert catalog.mfu_ceiling("h100-sxm", "bf16") == table.hardware["hopper/bf16"]
+
+
+def test_mfu_counts_only_the_attention_a_sliding_window_computes(catalog):
+    """Gemma 3's local layers attend to 1,024 tokens: its model FLOPs count that, not the whole
+    sequence, so its MFU is comparable with the ceiling (it read 76.8 % on H100 before)."""
+    from optimizer.perf.model import attention_flops_per_token_layer, model_flops_per_token
+
+    m = catalog.models["gemma3-12b"].spec()
+    assert m.sliding_layers and m.sliding_window and m.sliding_window < m.seq_len
+    full = replace(m, sliding_layers=0)
+    saved = 3 * m.layers * (attention_flops_per_token_layer(m, m.seq_len)
+                            - attention_flops_per_token_layer(m, m.attended(m.seq_len)))
+    assert model_flops_per_token(full) - model_flops_per_token(m) == pytest.approx(saved)
+    r = CliRunner().invoke(main, ["estimate", "train", "--model", "gemma3-12b", "--gpu", "h100-sxm", "--gpus", "64",
+                                  "--tp", "8", "--pp", "1", "--cp", "2", "--tokens", "1T", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["mfu"] < catalog.mfu_ceiling("h100-sxm", "bf16").value
+
+
 def test_an_unpooled_parameter_keeps_each_engine_apart(datasets, catalog):
     """``stage_overhead`` is fitted per engine and not pooled: each engine's value shrinks toward
     the prior on its own, so one engine's pipelines neither pull the default nor reach another

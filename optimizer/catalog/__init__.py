@@ -181,20 +181,35 @@ class Catalog:
         ident = self.stack(kind_, stack, gpu_id).id
         return self.efficiency.resolve(kind_, self.gpus[gpu_id].family, precision, ident)
 
-    def mfu_ceiling(self, gpu_id: str, precision: str) -> Ceiling | None:
-        """The highest MFU published dense runs reached on the GPU's family at ``precision`` (all
-        dense runs where too few were on it); None without a fitted guard."""
+    def _ceiling_source(self, gpu_id: str, precision: str) -> tuple[Ceiling, str] | None:
+        """(ceiling, the family it was measured on: the GPU's own, the one whose efficiencies it
+        borrows, "least" for the lowest of every calibrated family's, "" for the default)."""
         table = self.efficiency.table.mfu_ceiling
         if table is None:
             return None
-        return table.hardware.get(f"{self.gpus[gpu_id].family}/{precision}", table.default)
+        for family in self.efficiency.family_chain(self.gpus[gpu_id].family):
+            if (c := table.hardware.get(f"{family}/{precision}")) is not None:
+                return c, family
+        same = [c for key, c in sorted(table.hardware.items()) if key.endswith(f"/{precision}")]
+        return (min(same, key=lambda c: c.value), "least") if same else (table.default, "")
+
+    def mfu_ceiling(self, gpu_id: str, precision: str) -> Ceiling | None:
+        """The highest MFU published dense runs reached on the GPU's family at ``precision``, else on
+        the family it borrows efficiencies from, else the lowest such ceiling of any family (an
+        unmeasured GPU gets no more than a measured one), else all runs'; None without a guard."""
+        return found[0] if (found := self._ceiling_source(gpu_id, precision)) else None
 
     def mfu_ceiling_scope(self, gpu_id: str, precision: str) -> str:
-        """Where ``mfu_ceiling`` comes from, in words: the GPU family's own runs, or every family's."""
-        family, table = self.gpus[gpu_id].family, self.efficiency.table.mfu_ceiling
-        if table is not None and self.mfu_ceiling(gpu_id, precision) is not table.default:
+        """Where ``mfu_ceiling`` comes from, in words."""
+        family, source = self.gpus[gpu_id].family, (self._ceiling_source(gpu_id, precision) or (None, ""))[1]
+        if source == family:
             return f"on its GPU family ({family}) at {precision}"
-        return f"on any GPU family (too few published {family} {precision} runs for one of its own)"
+        missing = f"too few published {family} {precision} runs for one of its own"
+        if source == "least":
+            return f"the lowest of the GPU families with runs of their own at {precision} ({missing})"
+        if source:
+            return f"on {source}, whose efficiencies {family} borrows, at {precision} ({missing})"
+        return f"on any GPU family ({missing})"
 
     def efficiency_status(self, gpu_id: str) -> str:
         """Whether the GPU's family has calibration rows of its own, per workload kind."""

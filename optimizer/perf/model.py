@@ -155,12 +155,14 @@ def model_flops_per_token(m: ModelSpec, seq_len: int | None = None) -> float:
     """Training FLOPs per token (forward + backward = 3 × forward), no recomputation.
 
     6·(matmul params of all layers) + attention scores and context 12·s·h·L
-    + the LM head 6·V·h. For a GPT shape this is Narayanan et al. eq. 3 divided by B·s.
+    + the LM head 6·V·h. For a GPT shape this is Narayanan et al. eq. 3 divided by B·s. Layers with
+    a sliding window attend to at most its length (``ModelSpec.attended``): the model itself never
+    computes the rest, so MFU does not count it (Gemma 3, gpt-oss, Llama 4).
     """
     s = seq_len or m.seq_len
     return (
         6.0 * matmul_params_per_layer(m) * m.layers
-        + 3.0 * attention_flops_per_token_layer(m, s) * m.layers
+        + 3.0 * attention_flops_per_token_layer(m, m.attended(s)) * m.layers
         + 6.0 * m.vocab * m.hidden
     )
 
@@ -175,7 +177,7 @@ def hardware_flops_per_token(m: ModelSpec, recompute: str, seq_len: int | None =
     """
     s = seq_len or m.seq_len
     flops = model_flops_per_token(m, s)
-    attention = attention_flops_per_token_layer(m, s) * m.layers
+    attention = attention_flops_per_token_layer(m, m.attended(s)) * m.layers
     if recompute == "full":
         flops += 2.0 * matmul_params_per_layer(m) * m.layers + attention
     elif recompute == "selective":
