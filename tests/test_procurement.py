@@ -521,6 +521,13 @@ def test_spot_capacity_pays_for_its_reclaims(catalog):
     s = summary(spot, catalog)
     assert s["plan"]["goodput"]["spot_reclaims_per_gpu_day"] == rate
     assert any(a.startswith("spot reclaims") for a in s["assumptions"])
+    # the break-even weighs spot's hours by its goodput: owned GPUs do the same work in fewer hours
+    (row,) = s["break_even"]
+    slower = steady.goodput.fraction / spot.goodput.fraction
+    assert row["rent_hours_per_owned_hour"] == pytest.approx(slower, rel=1e-3) and slower > 1.4
+    hours = spot.problem.horizon_years * 8766
+    assert row["rent_full_use_usd"] == pytest.approx(gpus * hours * row["usd_per_gpu_hour"] * slower, rel=1e-3)
+    assert "of its hours per owned hour for its reclaims" in render_text(s)
     # spot capacity does not serve: a replica that may vanish is no capacity
     serve = _solve({**_data("buy_or_rent_serving.yaml"), "procurement": {"buy": False, "rent": True}}, catalog)
     assert not any(catalog.offers[g.offer].interruptible for g in serve.table.groups.values() if g.rented)

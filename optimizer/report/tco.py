@@ -14,6 +14,7 @@ from typing import Any
 
 from optimizer.catalog import HOURS_PER_YEAR, Catalog, Offer, Price
 from optimizer.milp import GroupCount, capex_parts, group_costs, purchase, solution_costs
+from optimizer.perf.goodput import goodput
 from optimizer.plans.groups import Group, bare_group
 from optimizer.problem.enums import Role
 from optimizer.recommend import Recommendation, colocation_per_watt, electricity_per_watt, targets_of
@@ -117,6 +118,15 @@ def _owning_cost(rec: Recommendation, g: Group, count: GroupCount) -> tuple[floa
     return fixed, electricity_per_watt(p) * power
 
 
+def _spot_slowdown(rec: Recommendation, g: Group, gpus: int) -> float:
+    """Hours of interruptible capacity per hour of the same GPUs owned, for one training job: the
+    owned cluster's goodput over the spot one's (reclaims add restarts, Young 1974); 1 for serving."""
+    if rec.problem.training is None:
+        return 1.0
+    base = rec.problem.reliability
+    return goodput(gpus, base).fraction / goodput(gpus, g.reliability(base)).fraction
+
+
 def break_even(rec: Recommendation, catalog: Catalog) -> list[dict[str, Any]]:
     """Per GPU type in the answer: the share of the horizon the hardware must be busy for buying
     to cost less than renting the same GPU-hours on demand.
@@ -145,6 +155,9 @@ def break_even(rec: Recommendation, catalog: Catalog) -> list[dict[str, Any]]:
         fixed, energy = _owning_cost(rec, site, count)
         # renting pays for the GPUs the answer uses; buying them may mean a whole server (full_only)
         rent_full = (b.gpus if g.rented else count.gpus) * hours * offer.price.usd
+        # spot capacity loses time to reclaims: the same work takes more of its hours than of owned ones
+        slower = _spot_slowdown(rec, g, b.gpus) if offer.interruptible else 1.0
+        rent_full *= slower
         u = fixed / (rent_full - energy) if rent_full > energy else math.inf
         busy = None
         if rec.perf is not None:  # one training job: how busy it keeps the hardware
@@ -153,7 +166,8 @@ def break_even(rec: Recommendation, catalog: Catalog) -> list[dict[str, Any]]:
                     "server": site.server,
                     "chosen": "rent" if g.rented else "buy", "offer": offer.id,
                     "usd_per_gpu_hour": offer.price.usd, "buy_fixed_usd": fixed, "electricity_full_use_usd": energy,
-                    "rent_full_use_usd": rent_full, "break_even_utilisation": u if math.isfinite(u) else None,
+                    "rent_full_use_usd": rent_full, "rent_hours_per_owned_hour": slower,
+                    "break_even_utilisation": u if math.isfinite(u) else None,
                     "this_job_utilisation": busy})
     return out
 
@@ -165,8 +179,10 @@ def break_even_lines(rows: list[dict[str, Any]], horizon_years: float, unrented:
         u = r["break_even_utilisation"]
         buying = (f"${r['buy_fixed_usd']:,.0f} capex, maintenance and colocation, plus up to "
                   f"${r['electricity_full_use_usd']:,.0f} electricity")
+        slower = r.get("rent_hours_per_owned_hour", 1.0)
+        spot = f", {slower:.2f} of its hours per owned hour for its reclaims" if slower > 1.0 else ""
         renting = (f"{r['offer']} at ${r['usd_per_gpu_hour']:g}/GPU-hour (${r['rent_full_use_usd']:,.0f} busy all "
-                   f"{horizon_years:g} years)")
+                   f"{horizon_years:g} years{spot})")
         owned = r.get("owned_gpus", 0)
         if r["chosen"] == "buy" and owned == r["gpus"]:  # nothing to buy: keeping them against renting
             buying = buying.replace("capex, ", "")
