@@ -251,22 +251,33 @@ def test_report_of_a_rented_training_answer_carries_plan_memory_breakeven_and_pr
 
 
 def test_near_ties_name_what_each_alternative_trades(tiny_problem, catalog):
-    """Issue 15, item 9: alternatives within 5 % of the optimum, each with days and money against
-    it ('2.0 days faster, $3,000 more TCO'); one 6 % dearer is not a near-tie."""
+    """Issue 15, item 9: alternatives within 5 % of the optimum, or within 10 % where they save
+    10 % on the other axis, each with days and money against it ('2.0 days faster, $3,000 more
+    TCO'); one slower and dearer trades nothing and is left out, one 12 % dearer is not a tie."""
+    from dataclasses import replace as dc_replace
+
     from optimizer.tradeoffs.explain import Explanation, GpuOption, near_ties
     from optimizer.tradeoffs.sweep import SweepRow
 
-    def row(gpu, days, tco):
+    def row(gpu, days, tco, capex=None):
         return SweepRow(0, (), "optimal", gpu=gpu, gpus=8, plan="TP1 PP1 DP8", tokens_per_s=1e6 / days, days=days,
-                        capex=tco / 2, tco=tco, objective=tco)
+                        capex=tco / 2 if capex is None else capex, tco=tco, objective=tco)
 
     p = load_problem(tiny_problem, catalog)  # min_cost by a deadline
     best = row("l40s", 20.0, 100_000)
     options = (GpuOption("l40s", "optimum", row=best),
                GpuOption("a100-sxm-80gb", "feasible", row=row("a", 18.0, 103_000)),
                GpuOption("h100-sxm", "feasible", row=row("h", 10.0, 106_000)),
-               GpuOption("b200", "feasible", row=row("b", 21.0, 104_000)))
+               GpuOption("b200", "feasible", row=row("b", 21.0, 104_000)),
+               GpuOption("h200-sxm", "feasible", row=row("g", 5.0, 112_000)))
     ties = near_ties(Explanation(p, options, best, (), ()))
     assert ties == ["8 x a (TP1 PP1 DP8): 2.0 days faster, $3,000 more TCO (3.0% dearer than the optimum)",
-                    "8 x b (TP1 PP1 DP8): 1.0 days slower, $4,000 more TCO (4.0% dearer than the optimum; "
-                    "no gain on either)"]
+                    "8 x h (TP1 PP1 DP8): 10.0 days faster, $6,000 more TCO (6.0% dearer than the optimum)"]
+    # fastest within a budget: 8.4 % slower for 38 % less capex is worth naming (lab_budget's MI355X)
+    fast = dc_replace(p, objective="min_time")
+    best = row("gaudi3", 42.8, 600_000, capex=419_400)
+    options = (GpuOption("gaudi3", "optimum", row=best),
+               GpuOption("mi355x", "feasible", row=row("m", 46.7, 400_000, capex=259_000)),
+               GpuOption("mi325x", "feasible", row=row("k", 43.4, 700_000, capex=476_944)))
+    assert near_ties(Explanation(fast, options, best, (), ())) == [
+        "8 x m (TP1 PP1 DP8): 3.9 days slower, $160,400 less capex (8.4% slower than the optimum)"]

@@ -186,11 +186,14 @@ def _effect(problem: Problem, best: SweepRow, r: Relaxation) -> str:
 
 
 NEAR = 0.05  # an alternative within 5 % of the optimum's objective is a near-tie worth naming
+WIDE = 0.10  # or within 10 %, where it saves at least 10 % on the other axis (money or days)
 
 
 def near_ties(e: Explanation, within: float = NEAR) -> list[str]:
     """The best plans on other GPU types within ``within`` of the optimum's objective (TCO, or
-    tokens/s for the fastest-within-a-budget problems), each with what it trades: days and money."""
+    tokens/s for the fastest-within-a-budget problems), or within ``WIDE`` where they save ``WIDE``
+    on the other axis (capex, or days), each with what it trades. A plan worse on both axes
+    trades nothing and is not named."""
     best, out = e.best, list[str]()
     if best is None:
         return out
@@ -200,20 +203,24 @@ def near_ties(e: Explanation, within: float = NEAR) -> list[str]:
         if o.outcome != "feasible" or r is None or not r.feasible:
             continue
         gap = (best.tokens_per_s - r.tokens_per_s) / best.tokens_per_s if fastest else (r.tco - best.tco) / best.tco
-        if gap > within:
-            continue
         money = r.capex - best.capex if fastest else r.tco - best.tco
+        late = r.days - best.days if r.days is not None and best.days is not None else None
+        if late is not None and money >= 0 and late >= 0:
+            continue  # slower and dearer: no trade to offer
+        if fastest:
+            saving = -money / best.capex if best.capex else 0.0
+        else:
+            saving = -late / best.days if late and best.days else 0.0
+        if gap > within and not (gap <= WIDE and saving >= WIDE):
+            continue
         what = "capex" if fastest else "TCO"
         trade = [f"${abs(money):,.0f} {'more' if money > 0 else 'less'} {what}"]
-        if r.days is not None and best.days is not None:
-            late = r.days - best.days
+        if late is not None:
             trade.insert(0, f"{abs(late):,.1f} days {'slower' if late > 0 else 'faster'}")
         elif not fastest:
             trade.insert(0, f"{r.tokens_per_s:,.0f} output tokens/s of capacity")
         behind = f"{gap:.1%} {'slower' if fastest else 'dearer'} than the optimum"
-        worse = money >= 0 and (r.days or 0) >= (best.days or 0) if fastest else (r.days or 0) >= (best.days or 0)
-        out.append(f"{r.gpus} x {r.gpu} ({r.plan}): {', '.join(trade)} ({behind}"
-                   + ("; no gain on either" if worse and r.days is not None else "") + ")")
+        out.append(f"{r.gpus} x {r.gpu} ({r.plan}): {', '.join(trade)} ({behind})")
     return out
 
 
@@ -250,7 +257,8 @@ def render_text(e: Explanation) -> str:
             lines.append(f"  {o.gpu:<{width}}  out: {o.reason}")
     ties = near_ties(e)
     if ties:
-        lines += ["", f"Near-ties (within {NEAR:.0%} of the optimum):"] + [f"  {t}" for t in ties]
+        lines += ["", f"Near-ties (within {NEAR:.0%} of the optimum, or {WIDE:.0%} for a {WIDE:.0%} saving):"] \
+            + [f"  {t}" for t in ties]
     if e.relaxations and e.best is not None:
         lines += ["", f"Limits at the optimum, each relaxed by {STEP:.0%}:"]
         lines += [f"  {line}" for line in relaxation_lines(e)]

@@ -13,7 +13,7 @@ from typing import Any
 from optimizer.report import acquire
 from optimizer.report.tco import break_even_lines, price_lines
 from optimizer.report.text import plan_lines
-from optimizer.tradeoffs.explain import NEAR, STEP, Explanation, near_ties, relaxation_lines
+from optimizer.tradeoffs.explain import NEAR, STEP, WIDE, Explanation, near_ties, relaxation_lines
 from optimizer.tradeoffs.sweep import SweepResult
 
 CSS = """
@@ -156,7 +156,7 @@ def render_html(s: dict[str, Any], sweep: SweepResult | None, sweep_png: bytes |
     if explanation is not None:
         ties = near_ties(explanation)
         if ties:
-            sections += [f"<h2>Near-ties: within {NEAR:.0%} of the optimum</h2>",
+            sections += [f"<h2>Near-ties: within {NEAR:.0%} of the optimum, or {WIDE:.0%} for a {WIDE:.0%} saving</h2>",
                          "<ul>" + "".join(f"<li>{escape(t)}</li>" for t in ties) + "</ul>"]
         sections += ["<h2>Every GPU type on its own</h2>", _explain(explanation)]
     sections += ["<h2>Re-checked without the solver</h2>",
