@@ -127,7 +127,7 @@ def test_an_impossible_run_names_every_wall(tmp_path):
     assert "workload.global_batch.max_tokens, the default)" in walls[1]
     assert "deadline 7.0 days (deadline_days)" in walls[3]
     # GB300 comes in NVL72 racks bought whole: the hardware is priced in whole racks, not 54.2 of them
-    assert "on 3,904 x gb300 ($192,498,240 of GPUs and servers: 3,960 GPUs in 55 x nvl72-gb300)" in walls[0]
+    assert "on 3,904 x gb300 ($239,250,000 of GPUs and servers: 3,960 GPUs in 55 x nvl72-gb300)" in walls[0]
     # what $1M trains in does not depend on the deadline: a rented term is billed for as long as the
     # job runs, not for the deadline's month (it read 3,764 days at 7 days, 24,309 at 3,800)
     later = _solve(tmp_path, IMPOSSIBLE.replace("deadline_days: 7", "deadline_days: 3800"))
@@ -293,7 +293,7 @@ def test_an_estimate_that_does_not_fit_says_its_rates_are_hypothetical():
 
 
 def test_memory_that_runs_out_at_the_gpus_the_budget_buys_names_the_budget(tmp_path, catalog):
-    """405B on B300s for $1M: 24 GPUs are all the budget buys, and at 24 ZeRO cannot shard the
+    """405B on B300s for $1M: 16 GPUs are all the budget buys, and at 16 ZeRO cannot shard the
     training state thinly enough; with more GPUs it fits (estimate: 512 B300s at TP8 PP16). The
     reason names the budget as the limit, not memory alone."""
     from optimizer.plans import enumerate_candidates
@@ -303,7 +303,7 @@ def test_memory_that_runs_out_at_the_gpus_the_budget_buys_names_the_budget(tmp_p
     path.write_text(IMPOSSIBLE)
     p, cat = load_priced(path, catalog)
     why = enumerate_candidates(p, cat).gpu_reasons["b300"]
-    assert why.startswith("memory: needs") and "at most 24 of them within the budget" in why
+    assert why.startswith("memory: needs") and "at most 16 of them within the budget" in why
     fits = CliRunner().invoke(main, ["estimate", "train", "--model", "llama3-405b", "--gpu", "b300", "--gpus", "512",
                                      "--tp", "8", "--pp", "16"])
     assert fits.exit_code == 0 and "; fits)" in fits.output
