@@ -9,10 +9,10 @@ import math
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, BeforeValidator, ValidationError
 
 from optimizer.errors import GpuoptError, suggest
 
@@ -279,10 +279,33 @@ def parse_quantity(value: object) -> float:
             raise ValueError(f"expected a number below 1e300, not one of {len(str(abs(value)))} digits")
         number = float(value)
     else:
-        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmbgt]?)\s*", str(value), re.IGNORECASE)
+        text = str(value)
+        if re.fullmatch(r"\s*[0-9]{1,3}(,[0-9]{3})+(\.[0-9]+)?\s*[kmbgtKMBGT]?\s*", text):
+            text = text.replace(",", "")  # thousands separators: '1,000', '50,000'
+        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmbgt]?)\s*", text, re.IGNORECASE)
         if not match:
-            raise ValueError(f"expected a number such as 1e12, '1T', '500B' or '250k', got {value!r}")
+            raise ValueError(f"expected a number such as 1e12, '1T', '500B', '250k' or '1,000', got {value!r}")
         number = float(match.group(1)) * _SUFFIX[match.group(2).lower()]
     if not math.isfinite(number):
         raise ValueError(f"expected a finite number, got {value!r}")
     return number
+
+
+def parse_count(value: object) -> int:
+    """A whole number written as 64, '1,000' or '2k' (the schema's range checks follow)."""
+    number = parse_quantity(value)
+    if number != int(number):
+        raise ValueError(f"expected a whole number such as 64, '1,000' or '2k', got {value!r}")
+    return int(number)
+
+
+def parse_fraction(value: object) -> float:
+    """A share written as 0.1 or '10%'."""
+    if isinstance(value, str) and value.strip().endswith("%"):
+        return parse_quantity(value.strip()[:-1]) / 100.0
+    return parse_quantity(value)
+
+
+Count = Annotated[int, BeforeValidator(parse_count)]  # 64, '1,000' or '2k'
+Number = Annotated[float, BeforeValidator(parse_quantity)]  # 30, '1,000' or '2.5k'
+Fraction = Annotated[float, BeforeValidator(parse_fraction)]  # 0.1 or '10%'

@@ -262,6 +262,51 @@ hardware: {allow_gpus: [h100-sx]}
     assert r.exit_code == 2 and "'h100-sx'" in r.output and "'llama2-7c'" in r.output, r.output
 
 
+def test_every_name_of_a_file_and_its_grid_are_checked_in_one_run(tmp_path):
+    """Six faults in six sections (the search grid, an excluded GPU, a unit cap, the inventory, the
+    offers, the price book) and an ambiguous GPU name: one run names every one, each with its field."""
+    text = """\
+schema_version: 1
+name: bad
+workload: {kind: train, model: llama2-7b, tokens: 100B}
+objective: min_cost
+deadline_days: 30
+search: {tp: [3]}
+hardware: {allow_gpus: ["H100", h100-sxm, a100-sxm-80gb], exclude_gpus: ["4090ti"], max_units: {h100-sxn: 16}}
+inventory:
+  - {gpu: a100-80, count: 8, server: hgx-ampere-8, servers: 1}
+prices: {l40z: 5000}
+procurement: {offers: [aws-p5-h101]}
+"""
+    r = _solve(tmp_path, text)
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    for field in ("'search.tp[0]'", "'hardware.allow_gpus[0]': 'H100' could be any of", "'hardware.exclude_gpus[0]'",
+                  "'hardware.max_units.h100-sxn'", "'inventory[0].gpu'", "'procurement.offers[0]'",
+                  "'prices.l40z'"):
+        assert field in r.output, (field, r.output)
+
+
+def test_counts_days_and_shares_as_people_type_them(tmp_path):
+    """'1,000' and '2k' for counts and days, '10%' for a share; a fraction of a GPU is refused."""
+    text = """\
+schema_version: 1
+name: typed
+workload: {kind: train, model: llama2-7b, tokens: 20B, global_batch: {min_seqs: 64}}
+objective: min_cost
+deadline_days: 1,000
+site: {datacenter: true}
+hardware: {allow_gpus: [h100-sxm], max_gpus: 2k, memory_headroom: 15%}
+search: {tp: [1], pp: [1], micro_batch: [1, 2], zero: [1]}
+procurement: {rent: false}
+"""
+    r = _solve(tmp_path, text.replace("max_gpus: 2k", "max_gpus: '1,000'"), "--format", "json")
+    assert r.exit_code == 0, r.output
+    assert "15% headroom" in _solve(tmp_path, text).output
+    bad = _solve(tmp_path, text.replace("max_gpus: 2k", "max_gpus: 1.5"))
+    assert bad.exit_code == 2 and "'hardware.max_gpus': expected a whole number such as 64, '1,000' or '2k'" in (
+        bad.output)
+
+
 def test_estimate_takes_gpu_names_and_lengths_as_people_type_them():
     """--gpu 4090 / "H100 SXM" resolve as in problem files, "H100" lists what it could be; --input-len 1k
     is 1,000 tokens (k = 1,000, as in problem files); a fraction or junk is bad input (exit 2)."""

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from optimizer.catalog import Catalog, priced_item, with_price
 from optimizer.errors import CatalogError, ProblemError, suggest
-from optimizer.validation import parse_quantity
+from optimizer.validation import Count, parse_quantity
 
 if TYPE_CHECKING:  # the schema imports this module
     from optimizer.problem.schema import ProblemFile
@@ -32,14 +32,14 @@ class OwnedEntry(_Strict):
     """GPUs the site already has: loose cards, or cards in servers it already has."""
 
     gpu: str
-    count: int = Field(ge=1, le=100_000)
+    count: Count = Field(ge=1, le=100_000)
     server: str | None = None  # the server type they sit in (None: loose cards)
-    servers: int | None = Field(default=None, ge=1)  # how many of those servers (default: as few as hold them)
+    servers: Count | None = Field(default=None, ge=1)  # how many of those servers (default: as few as hold them)
     fabric: str | None = None  # the servers already carry this fabric's NICs
 
 
 class RacksEntry(_Strict):
-    count: int | None = Field(default=None, ge=1, le=100_000)  # racks the site has (None: buy as needed)
+    count: Count | None = Field(default=None, ge=1, le=100_000)  # racks the site has (None: buy as needed)
     cooling: Literal["air", "liquid"] = "air"
     kw_per_rack: float | None = Field(default=None, gt=0, le=1000)
     units: int | None = Field(default=None, ge=1, le=60)

@@ -3,12 +3,11 @@ search grids checked against the model, prices applied, several workloads put in
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from optimizer.catalog import AT_BATCH, AT_MAX_LOAD, Catalog, gpu_names, with_used_prices
+from optimizer.catalog import AT_BATCH, AT_MAX_LOAD, Catalog, with_used_prices
 from optimizer.catalog.stacks import Kind
 from optimizer.errors import CatalogError, ProblemError, suggest
 from optimizer.perf.specs import ModelSpec
@@ -16,6 +15,7 @@ from optimizer.problem.enums import BudgetCovers, Objective
 from optimizer.problem.hf_config import is_hf_config, read_hf_config
 from optimizer.problem.limits import margins, power_caps
 from optimizer.problem.model import Demand, Problem, ServeWorkload, TrainWorkload, Workload
+from optimizer.problem.names import check_ids, gpu_ids, id_errors
 from optimizer.problem.procurement import (
     apply_prices,
     nothing_usable,
@@ -36,61 +36,15 @@ from optimizer.problem.schema import (
 from optimizer.validation import read_yaml, short_repr, thousands_in_flow, validate
 
 
-def _gpu_ids(data: dict[str, Any], catalog: Catalog, path: Path) -> dict[str, Any]:
-    """``data`` with the GPUs of hardware.allow_gpus / exclude_gpus / max_units and inventory
-    written as people say them ("H100 SXM", "4090", "MI300X") turned into catalog ids; a name
-    that could be several GPUs is an error that lists them. Names matching nothing are left for
-    the id checks (unknown id, with close matches)."""
-    def one(text: object, field: str) -> object:
-        if not isinstance(text, str) or text in catalog.gpus or text in catalog.servers:
-            return text
-        found = gpu_names.resolve(text, catalog.gpus)
-        if isinstance(found, str):
-            return found
-        if len(found) > 1:
-            raise ProblemError(f"{path}: field '{field}': '{text}' could be any of {', '.join(found)}. "
-                               "To fix: name the one you mean (or list each you allow).")
-        return text
-
-    out = dict(data)
-    hw = data.get("hardware")
-    if isinstance(hw, dict):
-        hw = dict(hw)
-        for key in ("allow_gpus", "exclude_gpus"):
-            if isinstance(hw.get(key), list):
-                hw[key] = [one(g, f"hardware.{key}[{i}]") for i, g in enumerate(hw[key])]
-        if isinstance(hw.get("max_units"), dict):
-            hw["max_units"] = {one(k, f"hardware.max_units.{k}"): v for k, v in hw["max_units"].items()}
-        out["hardware"] = hw
-    if isinstance(data.get("inventory"), list):
-        out["inventory"] = [{**e, "gpu": one(e.get("gpu"), f"inventory[{i}].gpu")} if isinstance(e, dict) else e
-                            for i, e in enumerate(data["inventory"])]
-    return out
-
-
-def _check_ids(path: Path, field: str, ids: tuple[str, ...], table: Mapping[str, object]) -> None:
-    for ident in ids:
-        if ident not in table:
-            raise ProblemError(f"{path}: field '{field}': unknown id '{ident}'.{suggest(ident, table)}"
-                               f" To fix: use one of {', '.join(sorted(table))}.")
-
-
-def _id_errors(data: dict[str, Any], path: Path, catalog: Catalog) -> list[str]:
-    """The unknown GPU, server, fabric and model names of a problem whose other fields failed their
-    checks, so that one run reports every fault (each as its own check would)."""
+def model_errors(data: dict[str, Any], path: Path, catalog: Catalog) -> list[str]:
+    """The workloads' model names that name no preset, file or config (with close matches),
+    named as their workload ("workloads[1] (finetune).model")."""
     out = []
-    raw = data.get("hardware")
-    hw: dict[str, Any] = raw if isinstance(raw, dict) else {}
-    for field, table in (("allow_gpus", catalog.gpus), ("exclude_gpus", catalog.gpus),
-                         ("exclude_servers", catalog.servers), ("exclude_fabrics", catalog.fabrics)):
-        ids = hw.get(field)
-        if isinstance(ids, (list, tuple)):
-            try:
-                _check_ids(path, f"hardware.{field}", tuple(i for i in ids if isinstance(i, str)), table)
-            except ProblemError as exc:
-                out.append(str(exc))
-    entries = [("workload", data.get("workload"))] + [(f"workloads[{i}]", w) for i, w in
-                                                      enumerate(data.get("workloads") or ()) if isinstance(w, dict)]
+    raw = data.get("workloads")
+    workloads: list[Any] = raw if isinstance(raw, list) else []
+    entries = [("workload", data.get("workload"))] + [
+        (f"workloads[{i}]" + (f" ({w['name']})" if isinstance(w.get("name"), str) else ""), w)
+        for i, w in enumerate(workloads) if isinstance(w, dict)]
     for where, w in entries:
         ref = w.get("model") if isinstance(w, dict) else None
         if isinstance(ref, str):
@@ -183,31 +137,48 @@ def with_prices(problem: Problem, catalog: Catalog, cli_prices: tuple[str, ...] 
     return replace(problem, prices=prices, catalog=apply_prices(base, prices))
 
 
+def _raise(errors: list[str]) -> None:
+    if errors:
+        raise ProblemError("\n".join(errors))
+
+
+def _validated(data: dict[str, Any], path: Path, catalog: Catalog) -> tuple[dict[str, Any], ProblemFile, list[str]]:
+    """(the data with GPU names resolved, its schema-checked form, every ambiguous or unknown name
+    in it): a file's faults are reported in one run, not one per run."""
+    data, ambiguous = gpu_ids(data, catalog, path)
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise ProblemError(f"{path}: schema_version is {short_repr(data.get('schema_version'))}; this gpuopt reads "
+                           f"{SCHEMA_VERSION}. To fix: add 'schema_version: 1' at the top.")
+    errors = ambiguous + id_errors(data, path, catalog) + model_errors(data, path, catalog)
+    try:
+        return data, validate(ProblemFile, data, path, ProblemError), errors
+    except ProblemError as exc:
+        raise ProblemError("\n".join([str(exc), *errors])) from None
+
+
 def problem_from_data(data: dict[str, Any], path: Path, catalog: Catalog, check_grid: bool = True) -> Problem:
     """Validate a problem given as a mapping (as read from YAML); ``path`` names it in messages.
     ``check_grid``: reject search-grid TP values the model cannot use (off for the workloads of a
     problem with several, whose grid is checked against all their models at once)."""
-    data = _gpu_ids(data, catalog, path)
-    if data.get("schema_version") != SCHEMA_VERSION:
-        raise ProblemError(f"{path}: schema_version is {short_repr(data.get('schema_version'))}; this gpuopt reads "
-                           f"{SCHEMA_VERSION}. To fix: add 'schema_version: 1' at the top.")
-    try:
-        spec: ProblemFile = validate(ProblemFile, data, path, ProblemError)
-    except ProblemError as exc:  # report the unknown ids too, not only after the rest is fixed
-        raise ProblemError("\n".join([str(exc), *_id_errors(data, path, catalog)])) from None
-    unknown = _id_errors(data, path, catalog)
-    if len(unknown) > 1:  # several unknown names: all at once (one alone is raised where it is used)
-        raise ProblemError("\n".join(unknown))
+    data, spec, errors = _validated(data, path, catalog)
     if spec.workloads:
+        _raise(errors)
         return _several(data, spec, path, catalog)
     w = spec.workload
     if w is None:
-        raise ProblemError(f"{path}: no 'workload'. To fix: add a workload (kind: train or serve), or a list "
-                           "'workloads' of several, each with a name and a time window.")
+        _raise([f"{path}: no 'workload'. To fix: add a workload (kind: train or serve), or a list 'workloads' of "
+                "several, each with a name and a time window.", *errors])
+    assert w is not None
+    if not (isinstance(w.model, str) and w.model in catalog.models):
+        _raise(errors)  # the model may be one of the unknown names
     model = resolve_model(w.model, catalog, path)
     serving = isinstance(w, ServeSpec)
     if check_grid:
-        _check_tp(path, data, [(model, serving)])
+        try:
+            _check_tp(path, data, [(model, serving)])
+        except ProblemError as exc:
+            errors.insert(0, str(exc))
+    _raise(errors)
     _check_objective(path, spec, serving)
     workload = _workload(path, catalog, w, model, spec.deadline_days * 86400.0 if spec.deadline_days else None)
     hw = spec.hardware
@@ -273,10 +244,10 @@ def _max_global_batch(path: Path, gb: GlobalBatch, seq_len: int) -> int:
 def _allowed_gpus(path: Path, hw: HardwareChoice, catalog: Catalog) -> tuple[str, ...]:
     """The GPUs the allow and exclude lists leave (every id checked against the catalog): by default
     every purchasable GPU; entries kept for calibration only (purchasable: false) when listed."""
-    _check_ids(path, "hardware.allow_gpus", hw.allow_gpus or (), catalog.gpus)
-    _check_ids(path, "hardware.exclude_gpus", hw.exclude_gpus, catalog.gpus)
-    _check_ids(path, "hardware.exclude_servers", hw.exclude_servers, catalog.servers)
-    _check_ids(path, "hardware.exclude_fabrics", hw.exclude_fabrics, catalog.fabrics)
+    check_ids(path, "hardware.allow_gpus", hw.allow_gpus or (), catalog.gpus)
+    check_ids(path, "hardware.exclude_gpus", hw.exclude_gpus, catalog.gpus)
+    check_ids(path, "hardware.exclude_servers", hw.exclude_servers, catalog.servers)
+    check_ids(path, "hardware.exclude_fabrics", hw.exclude_fabrics, catalog.fabrics)
     allowed = hw.allow_gpus if hw.allow_gpus is not None else tuple(g for g, gpu in catalog.gpus.items()
                                                                      if gpu.purchasable)
     gpus = tuple(g for g in allowed if g not in hw.exclude_gpus)

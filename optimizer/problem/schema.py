@@ -27,7 +27,7 @@ from optimizer.problem.procurement import (
     ProcurementEntry,
     RacksEntry,
 )
-from optimizer.validation import parse_quantity
+from optimizer.validation import Count, Fraction, Number, parse_quantity
 
 if TYPE_CHECKING:
     pass
@@ -70,8 +70,8 @@ class InlineModel(ModelShape):
 
 
 class GlobalBatch(Strict):
-    max_seqs: int | None = Field(default=None, ge=1)
-    min_seqs: int = Field(default=1, ge=1)
+    max_seqs: Count | None = Field(default=None, ge=1)
+    min_seqs: Count = Field(default=1, ge=1)
     max_tokens: Quantity | None = None
 
 
@@ -134,8 +134,8 @@ class TrainPhase(TrainSpec):
     by ``deadline_days``, both counted from the start of the horizon."""
 
     name: str = Field(min_length=1)
-    start_days: float = Field(default=0.0, ge=0)
-    deadline_days: float = Field(gt=0, le=36_525)
+    start_days: Number = Field(default=0.0, ge=0)
+    deadline_days: Number = Field(gt=0, le=36_525)
 
 
 class ServePhase(ServeSpec):
@@ -143,8 +143,8 @@ class ServePhase(ServeSpec):
     ``end_days`` (the end of the horizon when omitted)."""
 
     name: str = Field(min_length=1)
-    start_days: float = Field(default=0.0, ge=0)
-    end_days: float | None = Field(default=None, gt=0)
+    start_days: Number = Field(default=0.0, ge=0)
+    end_days: Number | None = Field(default=None, gt=0)
 
 
 class Budget(Strict):
@@ -180,13 +180,13 @@ class HardwareChoice(Strict):
     exclude_gpus: tuple[str, ...] = ()
     exclude_servers: tuple[str, ...] = ()
     exclude_fabrics: tuple[str, ...] = ()
-    max_gpus: int = Field(default=4096, ge=1, le=1_000_000)
+    max_gpus: Count = Field(default=4096, ge=1, le=1_000_000)
     allow_vendors: tuple[str, ...] | None = None
     exclude_vendors: tuple[str, ...] = ()
-    max_units: dict[str, int] = {}  # GPU or server id -> most units that can be bought
+    max_units: dict[str, Count] = {}  # GPU or server id -> most units that can be bought
     allow_used: bool = False  # buy GPUs at their used-market price where the catalog has one
     # share of each GPU's memory no training plan uses (allocator fragmentation); None: the catalog's
-    memory_headroom: float | None = Field(default=None, ge=0, lt=0.9)
+    memory_headroom: Fraction | None = Field(default=None, ge=0, lt=0.9)
 
 
 class NetworkChoice(Strict):
@@ -284,7 +284,7 @@ class ProblemFile(Strict):
     workloads: tuple[Annotated[Annotated[TrainPhase, Tag("train")] | Annotated[ServePhase, Tag("serve")],
                                Discriminator(_workload_kind)], ...] = ()
     objective: Literal["min_cost", "min_time"]
-    deadline_days: float | None = Field(default=None, gt=0, le=36_525)  # at most a century
+    deadline_days: Number | None = Field(default=None, gt=0, le=36_525)  # at most a century
     budget: Budget | None = None
     site: Site = Site()
     hardware: HardwareChoice = HardwareChoice()
