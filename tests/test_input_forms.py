@@ -286,6 +286,22 @@ procurement: {offers: [aws-p5-h101]}
         assert field in r.output, (field, r.output)
 
 
+def test_grid_values_no_plan_can_use_are_bad_input(tmp_path):
+    """PP above the model's layers, or CP that does not divide the sequence, is a fault of the file
+    (exit 2, the field and the values that would do), not 'no plan in the search grid' (exit 1)."""
+    base = """\
+schema_version: 1
+name: grid
+workload: {kind: train, model: llama2-7b, tokens: 100B}
+objective: min_cost
+deadline_days: 30
+"""
+    pp = _solve(tmp_path, base + "search: {pp: [1, 64]}\n")
+    assert pp.exit_code == 2 and "field 'search.pp[1]': PP 64 has more stages than the 32 layers" in pp.output
+    cp = _solve(tmp_path, base + "search: {cp: [3]}\n")
+    assert cp.exit_code == 2 and "field 'search.cp[0]': CP 3 does not divide the sequence length (4096" in cp.output
+
+
 def test_counts_days_and_shares_as_people_type_them(tmp_path):
     """'1,000' and '2k' for counts and days, '10%' for a share; a fraction of a GPU is refused."""
     text = """\

@@ -71,17 +71,31 @@ def _tp_misfit(model: ModelSpec, tp: int) -> str:
             "(training shards or replicates whole KV heads)")
 
 
-def _check_tp(path: Path, data: dict[str, Any], workloads: list[tuple[ModelSpec, bool]]) -> None:
-    """Reject a TP value the problem's own search grid lists that no workload's model can use
-    (``workloads``: each workload's model and whether it is served). The default grid is left
-    to the planner, which skips what does not fit."""
-    given = (data.get("search") or {}).get("tp") or ()
-    for i, tp in enumerate(given):
+def _check_grid(path: Path, data: dict[str, Any], workloads: list[tuple[ModelSpec, bool]],
+              seq_lens: tuple[int, ...] = ()) -> None:
+    """Reject a TP, PP or CP value the problem's own search grid lists that no workload can use
+    (``workloads``: each workload's model and whether it is served; ``seq_lens``: the training
+    sequence lengths, which CP must divide). The default grid is left to the planner, which skips
+    what does not fit."""
+    raw = data.get("search")
+    search: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    for i, tp in enumerate(search.get("tp") or ()):
         if any(tp_fits(model, tp, serving) for model, serving in workloads):
             continue
         fits = sorted({t for m, s in workloads for t in range(1, m.heads + 1) if tp_fits(m, t, s)})
         raise ProblemError(f"{path}: field 'search.tp[{i}]': {_tp_misfit(workloads[0][0], tp)}, so no plan can "
                            f"use it. To fix: drop it, or use TP values that fit ({', '.join(map(str, fits))}).")
+    layers = max(m.layers for m, _ in workloads)
+    for i, pp in enumerate(search.get("pp") or ()):
+        if pp > layers:
+            raise ProblemError(f"{path}: field 'search.pp[{i}]': PP {pp} has more stages than the {layers} layers "
+                               "to put in them, so no plan can use it. To fix: drop it, or use PP values up to "
+                               f"{layers}.")
+    for i, cp in enumerate(search.get("cp") or ()):
+        if seq_lens and all(s % cp for s in seq_lens):
+            raise ProblemError(f"{path}: field 'search.cp[{i}]': CP {cp} does not divide the sequence length "
+                               f"({', '.join(map(str, sorted(set(seq_lens))))} tokens), so no plan can use it. "
+                               "To fix: drop it, or use CP values that divide it, such as [1, 2, 4].")
 
 
 def resolve_model(ref: str | InlineModel, catalog: Catalog, path: Path, field: str = "workload.model") -> ModelSpec:
@@ -175,7 +189,8 @@ def problem_from_data(data: dict[str, Any], path: Path, catalog: Catalog, check_
     serving = isinstance(w, ServeSpec)
     if check_grid:
         try:
-            _check_tp(path, data, [(model, serving)])
+            seq = () if isinstance(w, ServeSpec) else (w.seq_len or model.seq_len,)
+            _check_grid(path, data, [(model, serving)], seq)
         except ProblemError as exc:
             errors.insert(0, str(exc))
     _raise(errors)
@@ -363,6 +378,7 @@ def _several(data: dict[str, Any], spec: ProblemFile, path: Path, catalog: Catal
             raise ProblemError(str(exc).replace("field 'workload.", f"field '{where}.")) from exc
         problems.append(alone)
         workloads.append(replace(alone.workload, name=w.name, start_s=w.start_days * 86400.0, end_s=end * 86400.0))
-    _check_tp(path, data, [(x.model, isinstance(x, ServeWorkload)) for x in workloads])
+    _check_grid(path, data, [(x.model, isinstance(x, ServeWorkload)) for x in workloads],
+              tuple(x.seq_len for x in workloads if isinstance(x, TrainWorkload)))
     return replace(problems[0], name=spec.name, description=spec.description, horizon_years=horizon_years,
                    workloads=tuple(workloads))
