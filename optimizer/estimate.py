@@ -33,6 +33,11 @@ class Estimate:
 
         return copy.deepcopy(self.data)
 
+    @property
+    def fits(self) -> bool:
+        """Whether the configuration fits the GPUs' memory (an estimate that does not is hypothetical)."""
+        return bool(self.data.get("fits", True))
+
     def render(self, fmt: str = "text") -> str:
         """``text`` or ``json``, as ``gpuopt estimate … --format`` prints it."""
         if fmt == "json":
@@ -40,6 +45,17 @@ class Estimate:
         if fmt != "text":
             raise ProblemError(f"format '{fmt}': an estimate renders as text or json.")
         return "".join(f"{line}\n" for line in self.lines)
+
+
+def _tokens(tokens: str | float | None) -> float | None:
+    """``--tokens`` as a number: a bad one is bad input, found before any work."""
+    try:
+        n_tokens = parse_quantity(tokens) if tokens is not None else None
+        if n_tokens is not None and n_tokens <= 0:
+            raise ValueError("a run trains on some tokens")
+    except ValueError as exc:
+        raise ProblemError(f"--tokens {tokens!r}: {exc}. To fix: e.g. --tokens 2T or --tokens 2e12.") from None
+    return n_tokens
 
 
 def estimate_train(catalog: Catalog, model: str, gpu: str, gpus: int, tp: int = 1, pp: int = 1,
@@ -55,10 +71,7 @@ def estimate_train(catalog: Catalog, model: str, gpu: str, gpus: int, tp: int = 
         train_precision, recompute_mode = as_precision(precision), as_recompute(recompute)
     except ValueError as exc:
         raise ProblemError(f"{exc}.") from None
-    try:  # a bad --tokens is bad input, found before any work
-        n_tokens = parse_quantity(tokens) if tokens is not None else None
-    except ValueError as exc:
-        raise ProblemError(f"--tokens {tokens!r}: {exc}. To fix: e.g. --tokens 2T or --tokens 2e12.") from None
+    n_tokens = _tokens(tokens)
     spec, gpu, server_id = _resolve(catalog, model, gpu, server, min(gpus, tp * cp))
     replica = tp * pp * cp
     if gpus % replica:

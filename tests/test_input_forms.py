@@ -342,15 +342,19 @@ def test_estimate_takes_gpu_names_and_lengths_as_people_type_them():
 
 def test_an_estimate_that_does_not_fit_says_its_rates_are_hypothetical():
     """70B in fp16 on two 24 GB cards does not fit: the rates printed are what it would do if it
-    did, and say so; a configuration that fits prints them plainly."""
+    did, and say so, and the exit code is 1 (infeasible); a configuration that fits prints them
+    plainly. A run on no tokens is bad input."""
     r = CliRunner().invoke(main, ["estimate", "serve", "--model", "llama2-70b", "--gpu", "rtx-4090", "--gpus", "2",
                                   "--tp", "2", "--input-len", "512", "--output-len", "256"])
-    assert r.exit_code == 0 and "DOES NOT FIT" in r.output
+    assert r.exit_code == 1 and "DOES NOT FIT" in r.output
     rates = [line for line in r.output.splitlines() if "tokens/s" in line or "TTFT" in line]
     assert rates and all(line.startswith("if it fit (it does not, see memory): ") for line in rates)
     ok = CliRunner().invoke(main, ["estimate", "serve", "--model", "llama2-7b", "--gpu", "rtx-4090", "--gpus", "1",
                                    "--input-len", "512", "--output-len", "256"])
     assert ok.exit_code == 0 and "if it fit" not in ok.output
+    none = CliRunner().invoke(main, ["estimate", "train", "--model", "llama2-7b", "--gpu", "h100-sxm", "--gpus", "8",
+                                     "--tokens", "0"])
+    assert none.exit_code == 2 and "--tokens '0': a run trains on some tokens" in none.output
 
 
 def test_memory_that_runs_out_at_the_gpus_the_budget_buys_names_the_budget(tmp_path, catalog):

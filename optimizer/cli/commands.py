@@ -118,6 +118,8 @@ def estimate_train(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, mic
         zero=zero, cp=cp, ep=ep, virtual_stages=virtual_stages, precision=precision, stack=stack, server=server_id,
         fabric=fabric_id, tokens=tokens, memory_headroom=memory_headroom)
     click.echo(estimate.render(fmt), nl=False)
+    if not estimate.fits:  # printed, but it cannot run: infeasible, as a solve that finds nothing
+        raise SystemExit(1)
 
 
 @estimate.command("serve")
@@ -164,6 +166,8 @@ def estimate_serve(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, pre
         precision=precision, engine=engine, kv_precision=kv_precision, batch=batch, concurrency=concurrency,
         server=server_id, attention_dp=attention_dp)
     click.echo(estimate.render(fmt), nl=False)
+    if not estimate.fits:
+        raise SystemExit(1)
 
 
 @main.command("gpu-hours")
