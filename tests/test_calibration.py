@@ -480,7 +480,7 @@ def test_an_unmeasured_gpu_family_gets_no_looser_mfu_ceiling_than_a_measured_one
     lowest = min(c.value for k, c in table.hardware.items() if k.endswith("/bf16"))
     for gpu in ("mi300x", "mi355x", "gaudi3"):
         assert catalog.mfu_ceiling(gpu, "bf16").value == lowest < table.default.value
-        assert catalog.mfu_ceiling_scope(gpu, "bf16").startswith("the lowest of the GPU families")
+        assert catalog.mfu_ceiling_scope(gpu, "bf16").startswith("on hopper, the lowest of the GPU families")
     assert catalog.mfu_ceiling("h100-sxm", "bf16") == table.hardware["hopper/bf16"]
 
 

@@ -238,6 +238,11 @@ def test_a_facility_power_cap_is_wall_power(tmp_path):
     assert "kW at the wall, PUE 1.25) ≤ the facility cap 30.0 kW" in line
     both = _solve(tmp_path, WALL.replace("facility_power_cap_kw: 30", "facility_power_cap_kw: 30, power_cap_kw: 20"))
     assert both.exit_code == 0 and "and the IT cap 20.0 kW" in both.output  # the lower of the two binds
+    # a GPU ruled out for power names the IT cap and the facility cap it comes from
+    racks = json.loads(_solve(tmp_path, WALL.replace("[h100-sxm, a100-sxm-80gb]", "[h100-sxm, gb200]"),
+                              "--format", "json").output)
+    assert racks["excluded_gpus"]["gb200"] == ("power: one nvl72-gb200 server needs 120.0 kW, IT power cap 24.0 kW "
+                                               "(the 30.0 kW facility cap at PUE 1.25)")
 
 
 def test_every_fault_of_a_file_is_reported_in_one_run(tmp_path):

@@ -183,15 +183,15 @@ class Catalog:
 
     def _ceiling_source(self, gpu_id: str, precision: str) -> tuple[Ceiling, str] | None:
         """(ceiling, the family it was measured on: the GPU's own, the one whose efficiencies it
-        borrows, "least" for the lowest of every calibrated family's, "" for the default)."""
+        borrows, "least:<family>" for the lowest of every calibrated family's, "" for the default)."""
         table = self.efficiency.table.mfu_ceiling
         if table is None:
             return None
         for family in self.efficiency.family_chain(self.gpus[gpu_id].family):
             if (c := table.hardware.get(f"{family}/{precision}")) is not None:
                 return c, family
-        same = [c for key, c in sorted(table.hardware.items()) if key.endswith(f"/{precision}")]
-        return (min(same, key=lambda c: c.value), "least") if same else (table.default, "")
+        same = sorted((c.value, k.split("/")[0]) for k, c in table.hardware.items() if k.endswith(f"/{precision}"))
+        return (table.hardware[f"{same[0][1]}/{precision}"], f"least:{same[0][1]}") if same else (table.default, "")
 
     def mfu_ceiling(self, gpu_id: str, precision: str) -> Ceiling | None:
         """The highest MFU published dense runs reached on the GPU's family at ``precision``, else on
@@ -205,8 +205,8 @@ class Catalog:
         if source == family:
             return f"on its GPU family ({family}) at {precision}"
         missing = f"too few published {family} {precision} runs for one of its own"
-        if source == "least":
-            return f"the lowest of the GPU families with runs of their own at {precision} ({missing})"
+        if source.startswith("least:"):
+            return f"on {source[6:]}, the lowest of the GPU families with runs of their own at {precision} ({missing})"
         if source:
             return f"on {source}, whose efficiencies {family} borrows, at {precision} ({missing})"
         return f"on any GPU family ({missing})"

@@ -338,7 +338,6 @@ def group_reason(problem: Problem, g: Group) -> str:
         return (f"racks: one {g.server} server draws {g.server_power_w / 1e3:,.1f} kW, a rack takes "
                 f"{problem.racks.kw / 1e3:,.1f} kW. To fix: site.racks.cooling: liquid or a higher kw_per_rack")
     if problem.power_cap_w is not None and g.min_power_w > problem.power_cap_w:
-        return (f"power: one {g.server} server needs {g.min_power_w / 1e3:,.1f} kW, "
-                f"cap {problem.power_cap_w / 1e3:,.1f} kW")
+        return f"power: one {g.server} server needs {g.min_power_w / 1e3:,.1f} kW, {problem.power_cap_text}"
     return f"budget: the smallest purchase ({g.server}) costs ${g.min_capex:,.0f}, budget ${problem.budget_usd:,.0f}"
 

@@ -206,6 +206,15 @@ class Problem:
         return text
 
     @property
+    def power_cap_text(self) -> str:
+        """The IT power cap, and the facility cap it comes from where that one binds."""
+        assert self.power_cap_w is not None
+        text = f"IT power cap {self.power_cap_w / 1e3:,.1f} kW"
+        if self.power_field == "site.facility_power_cap_kw" and self.facility_power_cap_w is not None:
+            text += f" (the {self.facility_power_cap_w / 1e3:,.1f} kW facility cap at PUE {self.pue:g})"
+        return text
+
+    @property
     def power_field(self) -> str:
         """The problem-file field that sets the binding power cap."""
         wall = self.facility_power_cap_w
