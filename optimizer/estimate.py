@@ -236,7 +236,7 @@ def _serve_lines(out: dict[str, Any], extrapolated: tuple[str, ...]) -> tuple[st
         f"({out['memory_total_gb']:,.1f} GB on the GPU; {verdict}) "
         f"at batch {out['batch_per_replica']} per replica (max {out['max_batch']}): "
         + ", ".join(f"{k} {v:,.1f}" for k, v in out["memory_breakdown_gb"].items()),
-        _if_it_fit(out) + f"TTFT {out['ttft_ms']:,.1f} ms, TPOT {out['tpot_ms']:,.1f} ms ({_decode_step_text(out)})",
+        _if_it_fit(out) + f"TTFT {out['ttft_ms']:,.1f} ms, {_tpot_text(out)}",
         _if_it_fit(out) + f"{out['output_tokens_per_s']:,.0f} output tokens/s (90 % band {lo:,.0f}-{hi:,.0f}, "
         f"{out['band_90']['regime']}), {out['total_tokens_per_s']:,.0f} total tokens/s, "
         f"{out['requests_per_s']:,.2f} requests/s for the group",
@@ -262,6 +262,16 @@ def gpu_id(catalog: Catalog, text: str) -> str:
 
 
 DECODE_SUMMANDS = ("gemm", "attention", "tp_comm", "pp_send", "pp_handoff", "launches", "overhead")
+
+
+def _tpot_text(out: dict[str, Any]) -> str:
+    """TPOT as the decode step plus, under continuous batching, each token's share of the prompts
+    prefilled between the steps (the rest of a sequence's time per token)."""
+    prefill = out["tpot_ms"] - out["decode_step_ms"]
+    if prefill > max(0.05, 0.01 * out["tpot_ms"]):
+        return (f"TPOT {out['tpot_ms']:,.1f} ms = decode step {out['decode_step_ms']:,.1f} + {prefill:,.1f} ms of "
+                f"prompts prefilled between the steps; {_decode_step_text(out)}")
+    return f"TPOT {out['tpot_ms']:,.1f} ms ({_decode_step_text(out)})"
 
 
 def _decode_step_text(out: dict[str, Any]) -> str:

@@ -403,3 +403,6 @@ def test_the_decode_step_prints_as_the_sum_of_its_parts():
     total = sum(float(part.split()[1].replace(",", "")) for part in m.group(2).split(" + "))
     assert total == pytest.approx(float(m.group(1)), abs=0.1)
     assert "within them: weights_read" in r.output
+    # at maximum load TPOT is the decode step plus each token's share of the prompts prefilled between steps
+    t = re.search(r"TPOT ([0-9.,]+) ms = decode step ([0-9.,]+) \+ ([0-9.,]+) ms of prompts prefilled", r.output)
+    assert t and float(t.group(1)) == pytest.approx(float(t.group(2)) + float(t.group(3)), abs=0.1), r.output
