@@ -9,7 +9,7 @@ from typing import Any
 from optimizer.report.bom import _bom_table, _money
 from optimizer.report.owned import owned_lines
 from optimizer.report.tco import break_even_lines, cost_lines, price_lines
-from optimizer.report.workloads import ADP, memory_text, workloads_text
+from optimizer.report.workloads import ADP, memory_text, recompute_words, workloads_text
 
 
 def network_line(net: dict[str, Any]) -> str:
@@ -125,7 +125,7 @@ def _training_text(s: dict[str, Any], h) -> list[str]:
         + (f" EP={plan['ep']}" if plan["ep"] > 1 else "")
         + f" DP={plan['dp']} ({plan['gpus_used']} GPUs used), micro-batch "
         f"{plan['micro_batch']} x {plan['micro_batches']} per step, global batch {plan['global_batch_seqs']} "
-        f"sequences, {plan['recompute']} recompute, ZeRO-{plan['zero']}"
+        f"sequences, {recompute_words(plan['recompute'])}, ZeRO-{plan['zero']}"
         f"{', sequence parallel' if plan['sequence_parallel'] else ''}, {plan['precision']}.",
         *([network_line(plan["network"])] if plan.get("network") else []),
         f"Memory per GPU {plan['memory_gb_per_gpu']:,.1f} of {plan['memory_usable_gb_per_gpu']:,.1f} GB usable "

@@ -18,6 +18,11 @@ from optimizer.recommend import Recommendation
 ADP = " attention data-parallel"  # after TP=… PP=… for a replica whose attention is data-parallel
 
 
+def recompute_words(mode: str) -> str:
+    """'full recompute', 'selective recompute', or 'no recompute' (not 'none recompute')."""
+    return "no recompute" if mode == "none" else f"{mode} recompute"
+
+
 def predicted_capacity(replicas: list[dict[str, Any]], name: str) -> float:
     """A class's output tokens/s as the model predicts them (the re-check of each replica type):
     what the 90 % band brackets. The capacity the MIP planned with is lower where the problem
@@ -117,7 +122,7 @@ def workloads_text(s: dict[str, Any], h, acquire) -> list[str]:
             extra = "".join(f" {k.upper()}={w[k]}" for k in ("cp", "ep") if w[k] > 1)
             lines.append(f"{head} {w['tokens']:.3g} tokens on {w['gpus']} x {w['gpu']} {_where(w)}, TP={w['tp']} "
                          f"PP={w['pp']}{extra} DP={w['dp']}, micro-batch {w['micro_batch']} x {w['micro_batches']}, "
-                         f"{w['recompute']} recompute, ZeRO-{w['zero']}: {w['days']:,.1f} days at "
+                         f"{recompute_words(w['recompute'])}, ZeRO-{w['zero']}: {w['days']:,.1f} days at "
                          f"{w['tokens_per_s']:,.0f} tokens/s (MFU {w['mfu']:.1%}; 90 % band "
                          f"{w['days_band_90'][0]:,.1f}-{w['days_band_90'][1]:,.1f} days) of "
                          f"{w['end_day'] - w['start_day']:,.1f} allowed.")

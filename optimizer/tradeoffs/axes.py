@@ -68,8 +68,14 @@ def parse_values(option: str, text: str, parse: Callable[[str], float]) -> tuple
             return tuple(start + (stop - start) * i / (count - 1) for i in range(count))
         return tuple(parse(p) for p in text.split(","))
     except ValueError as exc:
-        raise ProblemError(f"--{option} '{text}': {exc}. Expected START:STOP:COUNT (e.g. 100k:2M:20), "
-                           "a comma-separated list (100k,250k,1M) or one value.") from None
+        low, high, middle = EXAMPLES.get(option, EXAMPLES["budget"])
+        raise ProblemError(f"--{option} '{text}': {exc}. Expected START:STOP:COUNT (e.g. {low}:{high}:5), "
+                           f"a comma-separated list ({low},{middle},{high}) or one value.") from None
+
+
+# (start, stop, a middle value) of each axis's examples in messages
+EXAMPLES = {"budget": ("100k", "2M", "500k"), "deadline": ("20", "60", "30"), "power": ("20", "60", "30"),
+            "price": ("-30%", "0%", "-15%")}
 
 
 def _positive(text: str) -> float:
