@@ -150,6 +150,22 @@ def test_owned_hardware_is_accounted_for(catalog, tmp_path):
     assert "Owned hardware" in text and f"{ti['idle']} idle: running them would cost" in text
 
 
+def test_idle_owned_gpus_say_what_they_would_do_for_the_training_jobs_too(catalog):
+    """With serving and training workloads, idle owned GPUs are weighed against each training job as
+    well: how many days they alone would take with its fastest plan on them, against its window."""
+    rec = _solve(_data("pretrain_finetune_serve.yaml"), catalog)
+    a100 = next(r for r in summary(rec, catalog)["owned"] if r["gpu"] == "a100-sxm-80gb")
+    assert a100["idle"] == 8 and {t["workload"] for t in a100["alone_training"]} == {"pretrain", "finetune"}
+    pool = next(o.pool for o in rec.problem.inventory if o.gpu == "a100-sxm-80gb")
+    for t in a100["alone_training"]:
+        w = next(x for x in rec.problem.workloads if x.name == t["workload"])
+        rate = max(min(c.dp_max, 8 // c.gpus_per_replica) * c.replica_tokens_per_s for c in rec.table.candidates
+                   if c.workload == w.name and rec.table.groups[c.group].pool == pool
+                   and c.dp_min <= 8 // c.gpus_per_replica)
+        assert t["days"] == pytest.approx(w.tokens / rate / 86400) and t["deadline_days"] == w.deadline_s / 86400
+    assert "alone they would train pretrain in" in a100["why"] and "-day window" in a100["why"]
+
+
 def test_owned_cards_too_few_for_a_replica_say_so(catalog):
     """Three owned 2080 Tis cannot make the smallest replica the search allows (TP=4): the account
     says so, with what keeping them would cost, instead of '0 replicas'."""

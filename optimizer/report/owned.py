@@ -46,6 +46,10 @@ def owned_account(rec: Recommendation, catalog: Catalog) -> list[dict[str, Any]]
             entry.update(_alone(rec, o.pool, entry["idle"]))
             training = all(isinstance(w, TrainWorkload) for w in p.workloads)
             entry["why"] = rec.table.gpu_reasons.get(o.gpu) or _why(training, entry)
+            trains = _alone_training(rec, o.pool, entry["idle"])
+            if trains and not training:  # several workloads: what they would do for the training jobs too
+                entry["alone_training"] = trains
+                entry["why"] += "; " + "; ".join(_training_text(t) for t in trains)
         out.append(entry)
     return out
 
@@ -64,6 +68,29 @@ def _alone(rec: Recommendation, pool: str, idle: int) -> dict[str, Any]:
     return {"alone_output_tokens_per_s": replicas * best.tokens_per_s, "alone_replicas": replicas,
             "alone_replica": f"TP={best.plan.tp} PP={best.plan.pp}{ADP if best.plan.attention_dp else ''} "
                              f"{best.plan.precision}, batch {best.plan.batch}"}
+
+
+def _alone_training(rec: Recommendation, pool: str, idle: int) -> list[dict[str, Any]]:
+    """Per training workload, the days ``idle`` GPUs of the pool alone would take with its fastest
+    plan on them (a training job runs on one GPU type), against its deadline."""
+    out = []
+    for w in rec.problem.workloads:
+        if not isinstance(w, TrainWorkload):
+            continue
+        rates = [min(c.dp_max, idle // c.gpus_per_replica) * c.replica_tokens_per_s for c in rec.table.candidates
+                 if c.workload == w.name and rec.table.groups[c.group].pool == pool
+                 and c.dp_min <= idle // c.gpus_per_replica]
+        out.append({"workload": w.name, "days": w.tokens / max(rates) / 86400 if rates and max(rates) > 0 else None,
+                    "deadline_days": w.deadline_s / 86400 if w.deadline_s else None})
+    return out
+
+
+def _training_text(t: dict[str, Any]) -> str:
+    if t["days"] is None:
+        return f"no plan for {t['workload']} (training) runs on them alone"
+    window = "" if t["deadline_days"] is None else (
+        f", {'past' if t['days'] > t['deadline_days'] else 'within'} its {t['deadline_days']:,.1f}-day window")
+    return f"alone they would train {t['workload']} in {t['days']:,.1f} days{window}"
 
 
 def _why(training: bool, e: dict[str, Any]) -> str:
