@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+from optimizer.tradeoffs.axes import Axis
 from optimizer.tradeoffs.sweep import COST_CATEGORIES, SweepResult, SweepRow
 
 COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
@@ -59,6 +60,7 @@ def sweep_png(result: SweepResult) -> bytes:
                      label=CATEGORY_LABELS[cat], edgecolor="white", linewidth=0.3)
             bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
     bars.set_xticks(range(len(result.rows)), labels, rotation=60, ha="right", fontsize=7)
+    bars.set_xlabel(", ".join(_axis_title(a) for a in result.axes))
     bars.yaxis.set_major_formatter(money)
     bars.set_ylabel(f"cost over {result.problem.horizon_years:g} years (USD)")
     bars.set_title("cost by category at each point (blank: infeasible)")
@@ -73,6 +75,14 @@ def sweep_png(result: SweepResult) -> bytes:
 
 def _speed(row: SweepRow, serve: bool) -> float:
     return row.tokens_per_s if serve else (row.days or 0.0)
+
+
+def _axis_title(axis: Axis) -> str:
+    """What a sweep axis varies, with its unit: 'deadline (days)', 'price of h100-sxm (% change)'."""
+    if axis.name == "price":
+        return f"price of {axis.item} ({'% change' if axis.relative else 'USD'})"
+    titles = {"budget": "budget (USD)", "deadline": "deadline (days)", "power": "power cap (kW)"}
+    return titles.get(axis.name, axis.name)
 
 
 def _label(result: SweepResult, values: tuple[float, ...]) -> str:
