@@ -267,15 +267,19 @@ hardware: {allow_gpus: [h100-sx]}
     assert r.exit_code == 2 and "'h100-sx'" in r.output and "'llama2-7c'" in r.output, r.output
 
 
-def test_every_name_of_a_file_and_its_grid_are_checked_in_one_run(tmp_path):
-    """Six faults in six sections (the search grid, an excluded GPU, a unit cap, the inventory, the
-    offers, the price book) and an ambiguous GPU name: one run names every one, each with its field."""
-    text = """\
+TRAIN_7B = """\
 schema_version: 1
-name: bad
+name: grid
 workload: {kind: train, model: llama2-7b, tokens: 100B}
 objective: min_cost
 deadline_days: 30
+"""  # a training problem to add faulty sections to
+
+
+def test_every_name_of_a_file_and_its_grid_are_checked_in_one_run(tmp_path):
+    """Six faults in six sections (the search grid, an excluded GPU, a unit cap, the inventory, the
+    offers, the price book) and an ambiguous GPU name: one run names every one, each with its field."""
+    text = TRAIN_7B + """\
 search: {tp: [3]}
 hardware: {allow_gpus: ["H100", h100-sxm, a100-sxm-80gb], exclude_gpus: ["4090ti"], max_units: {h100-sxn: 16}}
 inventory:
@@ -294,16 +298,9 @@ procurement: {offers: [aws-p5-h101]}
 def test_grid_values_no_plan_can_use_are_bad_input(tmp_path):
     """PP above the model's layers, or CP that does not divide the sequence, is a fault of the file
     (exit 2, the field and the values that would do), not 'no plan in the search grid' (exit 1)."""
-    base = """\
-schema_version: 1
-name: grid
-workload: {kind: train, model: llama2-7b, tokens: 100B}
-objective: min_cost
-deadline_days: 30
-"""
-    pp = _solve(tmp_path, base + "search: {pp: [1, 64]}\n")
+    pp = _solve(tmp_path, TRAIN_7B + "search: {pp: [1, 64]}\n")
     assert pp.exit_code == 2 and "field 'search.pp[1]': PP 64 has more stages than the 32 layers" in pp.output
-    cp = _solve(tmp_path, base + "search: {cp: [3]}\n")
+    cp = _solve(tmp_path, TRAIN_7B + "search: {cp: [3]}\n")
     assert cp.exit_code == 2 and "field 'search.cp[0]': CP 3 does not divide the sequence length (4096" in cp.output
 
 
