@@ -482,6 +482,10 @@ def test_an_unmeasured_gpu_family_gets_no_looser_mfu_ceiling_than_a_measured_one
         assert catalog.mfu_ceiling(gpu, "bf16").value == lowest < table.default.value
         assert catalog.mfu_ceiling_scope(gpu, "bf16").startswith("on hopper, the lowest of the GPU families")
     assert catalog.mfu_ceiling("h100-sxm", "bf16") == table.hardware["hopper/bf16"]
+    # BF16 and FP16 run at one tensor rate: an FP16 plan on H100 takes Hopper's BF16 runs, not Ampere's FP16
+    assert "hopper/fp16" not in table.hardware
+    assert catalog.mfu_ceiling("h100-sxm", "fp16") == table.hardware["hopper/bf16"]
+    assert catalog.mfu_ceiling_scope("h100-sxm", "fp16") == "on its GPU family (hopper) at bf16"
 
 
 def test_mfu_counts_only_the_attention_a_sliding_window_computes(catalog):

@@ -3,6 +3,7 @@ moves the optimum where it should, and every printed term adds up."""
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 from dataclasses import replace
@@ -652,3 +653,86 @@ def test_buy_or_rent_names_the_bought_gpus_no_cloud_offer_rents(catalog):
     text = render_text(s)
     assert "gaudi3: no on-demand cloud offer in the catalog rents it" in text.split("Buy or rent")[1]
 
+
+
+# --- end-of-life GPUs and committed terms at the edges (a review of the change) --------------------
+
+EOL_OWNED = """\
+schema_version: 1
+name: eol-owned
+workload: {kind: train, model: qwen2.5-1.5b, tokens: 200B, precision: bf16}
+objective: min_cost
+deadline_days: 5
+site: {datacenter: true}
+hardware: {allow_gpus: [a100-sxm-40gb]}
+procurement: {rent: false}
+inventory:
+  - {gpu: a100-sxm-40gb, count: 8, server: hgx-ampere-8}
+"""
+
+
+def test_a_gpu_no_longer_sold_new_is_never_priced_new_in_an_answer(tmp_path, catalog):
+    """Only a price in USD buys an end-of-life GPU new (a change of its 2022 price is no quote);
+    a change applies to the used price where used is allowed; walls and the break-even price more
+    of it used, and name allow_used as the limit."""
+    runner = CliRunner()
+    path = tmp_path / "eol.yaml"
+    path.write_text(EOL_OWNED)
+    out = runner.invoke(main, ["solve", str(path)]).output
+    assert "a100-sxm-40gb is no longer sold new: more come only used" in out and "(hardware.allow_used)" in out
+    used = catalog.gpus["a100-sxm-40gb"].used_price
+    path.write_text(EOL_OWNED.replace("inventory:\n  - {gpu: a100-sxm-40gb, count: 8, server: hgx-ampere-8}\n", ""))
+    relative = runner.invoke(main, ["solve", str(path), "--price", "a100-sxm-40gb=-20%"])
+    assert relative.exit_code == 2 and "no longer sold new" in relative.output
+    path.write_text(EOL_OWNED.replace("[a100-sxm-40gb]}", "[a100-sxm-40gb], allow_used: true}"))
+    cheaper = json.loads(runner.invoke(main, ["solve", str(path), "--price", "a100-sxm-40gb=-20%", "--format",
+                                              "json"]).output)
+    row = next(r for r in cheaper["bom"] if r["category"] == "gpu")
+    assert row["unit_price_usd"] == pytest.approx(0.8 * used.usd)  # 20 % off the used price, not the 2022 one
+
+
+def test_renting_a_gpu_no_longer_sold_new_weighs_buying_it_used(catalog):
+    data = _data("rent_or_buy_pretrain.yaml")
+    data["hardware"]["allow_gpus"] = ["a100-sxm-40gb"]
+    rec = _solve({**data, "procurement": {"buy": True, "rent": True, "offers": ["aws-p4d-a100"]}}, catalog)
+    (row,) = summary(rec, catalog)["break_even"]
+    assert row["chosen"] == "rent" and row["buy_used"]
+    assert "vs buying used instead" in render_text(summary(rec, catalog))
+
+
+def test_the_fastest_cluster_bills_whole_terms_of_the_job_and_keeps_its_walls(tmp_path):
+    """Without the deadline a rented month is billed for the whole months the job spans (a 3-month
+    job pays 3, not 4), so a budget that covers them still leaves the GPU-count and deadline walls."""
+    text = """\
+schema_version: 1
+name: term
+workload: {kind: train, model: llama2-7b, tokens: 1.5T, precision: bf16}
+objective: min_cost
+deadline_days: 45
+budget: {usd: 230k, covers: capex}
+site: {datacenter: true}
+hardware: {max_gpus: 16}
+procurement: {buy: false, rent: true, offers: [aws-capacity-block-h100]}
+"""
+    path = tmp_path / "term.yaml"
+    path.write_text(text)
+    r = CliRunner().invoke(main, ["solve", str(path)])
+    walls = [line for line in r.output.splitlines() if line.startswith("  - ")]
+    assert r.exit_code == 1 and [w.split()[1] for w in walls] == ["GPU", "deadline"], r.output
+    assert "the fastest cluster within every limit takes 84.2 days" in walls[1]
+
+
+def test_a_sweep_price_in_usd_buys_a_gpu_no_longer_sold_new_as_solve_does(tmp_path):
+    """sweep --price ID=USD is a quote, as solve --price is: it unlocks an end-of-life GPU; a
+    percentage change of its last new price does not."""
+    path = tmp_path / "eol.yaml"
+    path.write_text(EOL_OWNED.replace("inventory:\n  - {gpu: a100-sxm-40gb, count: 8, server: hgx-ampere-8}\n", "")
+                    .replace("[a100-sxm-40gb]}", "[a100-sxm-40gb, l40s]}").replace("deadline_days: 5",
+                                                                                  "deadline_days: 30"))
+    out = tmp_path / "s.csv"
+    for prices, gpus in (("a100-sxm-40gb=1000,2000", {"a100-sxm-40gb"}), ("a100-sxm-40gb=-90%,-80%", {"l40s"})):
+        r = CliRunner().invoke(main, ["sweep", str(path), "--price", prices, "--price", "hgx-ampere-8=5000",
+                                      "--csv", str(out)])
+        assert r.exit_code == 0, r.output
+        with open(out) as f:
+            assert {row["gpu"] for row in csv.DictReader(f)} == gpus, prices

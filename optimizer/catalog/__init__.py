@@ -181,34 +181,34 @@ class Catalog:
         ident = self.stack(kind_, stack, gpu_id).id
         return self.efficiency.resolve(kind_, self.gpus[gpu_id].family, precision, ident)
 
-    def _ceiling_source(self, gpu_id: str, precision: str) -> tuple[Ceiling, str] | None:
-        """(ceiling, the family it was measured on: the GPU's own, the one whose efficiencies it
-        borrows, "least:<family>" for the lowest of every calibrated family's, "" for the default)."""
+    def _ceiling_source(self, gpu_id: str, precision: str) -> tuple[Ceiling, str, str] | None:
+        """(ceiling, family, precision it was measured at; family "least:<f>" or "" for the default)."""
         table = self.efficiency.table.mfu_ceiling
         if table is None:
             return None
-        for family in self.efficiency.family_chain(self.gpus[gpu_id].family):
-            if (c := table.hardware.get(f"{family}/{precision}")) is not None:
-                return c, family
+        for family in self.efficiency.family_chain(self.gpus[gpu_id].family):  # BF16 and FP16: one tensor rate
+            for p in (precision, {"bf16": "fp16", "fp16": "bf16"}.get(precision, precision)):
+                if (c := table.hardware.get(f"{family}/{p}")) is not None:
+                    return c, family, p
         same = sorted((c.value, k.split("/")[0]) for k, c in table.hardware.items() if k.endswith(f"/{precision}"))
-        return (table.hardware[f"{same[0][1]}/{precision}"], f"least:{same[0][1]}") if same else (table.default, "")
+        return (table.hardware[f"{same[0][1]}/{precision}"], f"least:{same[0][1]}", precision) if same \
+            else (table.default, "", precision)
 
     def mfu_ceiling(self, gpu_id: str, precision: str) -> Ceiling | None:
-        """The highest MFU published dense runs reached on the GPU's family at ``precision``, else on
-        the family it borrows efficiencies from, else the lowest such ceiling of any family (an
-        unmeasured GPU gets no more than a measured one), else all runs'; None without a guard."""
+        """The highest MFU dense runs reached on the GPU's family at ``precision`` (or the other 16-bit one),
+        else on the family it borrows from, else the lowest of any family's; None without a guard."""
         return found[0] if (found := self._ceiling_source(gpu_id, precision)) else None
 
     def mfu_ceiling_scope(self, gpu_id: str, precision: str) -> str:
         """Where ``mfu_ceiling`` comes from, in words."""
-        family, source = self.gpus[gpu_id].family, (self._ceiling_source(gpu_id, precision) or (None, ""))[1]
+        family, (_, source, at) = self.gpus[gpu_id].family, self._ceiling_source(gpu_id, precision) or (0, "", "")
         if source == family:
-            return f"on its GPU family ({family}) at {precision}"
+            return f"on its GPU family ({family}) at {at}"
         missing = f"too few published {family} {precision} runs for one of its own"
         if source.startswith("least:"):
-            return f"on {source[6:]}, the lowest of the GPU families with runs of their own at {precision} ({missing})"
+            return f"on {source[6:]}, the lowest of the GPU families with runs of their own at {at} ({missing})"
         if source:
-            return f"on {source}, whose efficiencies {family} borrows, at {precision} ({missing})"
+            return f"on {source}, whose efficiencies {family} borrows, at {at} ({missing})"
         return f"on any GPU family ({missing})"
 
     def efficiency_status(self, gpu_id: str) -> str:

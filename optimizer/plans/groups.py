@@ -47,6 +47,7 @@ class Group:
     offer: str | None = None
     rent_usd_per_gpu_h: float = 0.0
     rent_hours: float = 0.0  # hours billed per rented GPU (0: a training job's own GPU-hours, on demand)
+    rent_term_h: float = 0.0  # hours of one committed term (0: on demand or spot)
     rent_step: int = 0  # GPUs per rented instance
     rent_min_gpus: int = 0  # the fewest GPUs the offer rents (a training plan on it uses at least these)
     interruptible: bool = False  # spot capacity: the provider may reclaim it (training restarts more often)
@@ -251,7 +252,7 @@ def _rented_groups(problem: Problem, catalog: Catalog, gpu_id: str, role: Role) 
         whole = offer.gpus_per_instance == server.slots  # rented by the whole server
         groups.append(replace(bare_group(gpu_id, server, fabric, role, full_only=whole),
                               offer=oid, rent_usd_per_gpu_h=offer.price.usd,
-                              rent_hours=rent_hours(problem, offer.term_hours, role),
+                              rent_hours=rent_hours(problem, offer.term_hours, role), rent_term_h=offer.term_hours,
                               rent_step=offer.gpus_per_instance, buy_cap=offer.max_gpus,
                               rent_min_gpus=offer.min_gpus or 0, interruptible=offer.interruptible))
     return groups
@@ -260,12 +261,12 @@ def _rented_groups(problem: Problem, catalog: Catalog, gpu_id: str, role: Role) 
 def no_group_reason(problem: Problem, catalog: Catalog, gpu_id: str) -> str:
     """Why a GPU has no hardware group at all: it may not be bought here, or no server takes it."""
     if not problem.may_buy(gpu_id) and not any(o.gpu == gpu_id for o in problem.inventory):
+        if gpu_id in problem.end_of_life:
+            return end_of_life_reason(catalog, gpu_id)
         if problem.region is not None and problem.buy_gpus:
             region = catalog.regions[problem.region]
             return (f"export rules: region '{region.id}' allows only {', '.join(region.allowed_gpus)} "
                     f"({region.date})")
-        if gpu_id in problem.end_of_life:
-            return end_of_life_reason(catalog, gpu_id)
         return "not bought (procurement.buy is false), not owned and no cloud offer rents it"
     takers = [sv for sv in catalog.servers_for(gpu_id) if sv.id not in problem.exclude_servers]
     if takers and all(sv.workstation for sv in takers) and not problem.allow_workstations:

@@ -150,6 +150,14 @@ class Problem:
     def may_buy(self, gpu: str) -> bool:
         return gpu in (self.buy_gpus if self.buy_gpus is not None else self.gpus)
 
+    def with_quotes(self, items: set[str]) -> Problem:
+        """The problem with the GPUs no longer sold new that ``items`` quote a price for bought (at it)."""
+        quoted = {g for g in self.end_of_life if g in items}
+        if not quoted:
+            return self
+        buy = tuple(g for g in self.gpus if g in (self.buy_gpus or ()) or g in quoted)
+        return replace(self, buy_gpus=buy, end_of_life=tuple(g for g in self.end_of_life if g not in quoted))
+
     def buy_cap(self, item: str) -> int | None:
         """Most units of a GPU or server the problem may buy (None: no cap)."""
         if item in self.gpus and not self.may_buy(item):

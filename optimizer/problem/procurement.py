@@ -96,6 +96,12 @@ class PriceOverride:
     usd: float
     date: str
     note: str
+    change: float | None = None  # a relative entry's factor ('-20%': 0.8), applied to the price bought at
+
+    @property
+    def quote(self) -> bool:
+        """A price in USD, not a change: what unlocks a GPU no longer sold new."""
+        return self.change is None
 
 
 class ProcurementFields(TypedDict):
@@ -197,6 +203,11 @@ def parse_change(text: str) -> float:
     return 1.0 + float(m.group(1)) / 100.0
 
 
+def change_of(value: float | str) -> float | None:
+    """The factor of a relative price ('-12%': 0.88), None for a price in USD."""
+    return parse_change(value) if isinstance(value, str) and "%" in value else None
+
+
 def price_value(value: float | str, base: float) -> float:
     """A price as written in a price book or after --price ID=: 21000, '21k', or '-12%' of ``base``.
     Raises ValueError with what was expected."""
@@ -234,14 +245,16 @@ def resolve_prices(path: Path, book: dict[str, float | str | PriceEntry],
             usd = price_value(raw, base)
         except ValueError as exc:
             raise ProblemError(f"{where}: {exc}. To fix: a price in USD (21000, '21k') or a change ('-15%').") from None
-        out.append(PriceOverride(item, usd, date, f"{note} (catalog ${base:,.2f})"))
+        out.append(PriceOverride(item, usd, date, f"{note} (catalog ${base:,.2f})", change_of(raw)))
     return tuple(out)
 
 
 def apply_prices(catalog: Catalog, prices: tuple[PriceOverride, ...]) -> Catalog:
-    """The catalog with the price book applied: what every later stage prices from."""
+    """The catalog with the price book applied: what every later stage prices from. A change
+    ('-20%') applies to the price in ``catalog`` (a used one where the problem buys used)."""
     for p in prices:
-        catalog = with_price(catalog, p.item, p.usd, p.note, p.date)
+        usd = p.usd if p.change is None else priced_item(catalog, p.item)[1].price.usd * p.change
+        catalog = with_price(catalog, p.item, usd, p.note, p.date)
     return catalog
 
 
@@ -261,8 +274,10 @@ def nothing_usable(path: Path, end_of_life: tuple[str, ...], catalog: Catalog) -
 
 def _end_of_life(spec: ProblemFile, buy: tuple[str, ...], catalog: Catalog) -> tuple[str, ...]:
     """The GPUs to buy that are no longer sold new: bought only used, where the problem allows used
-    hardware, or at a price its price book quotes."""
-    return tuple(g for g in buy if not catalog.gpus[g].sold_new and g not in spec.prices
+    hardware, or at a price in USD its price book quotes (a change of the last new price is no quote)."""
+    quoted = {g for g, v in spec.prices.items() if (v.usd is not None if isinstance(v, PriceEntry) else
+                                                    change_of(v) is None)}
+    return tuple(g for g in buy if not catalog.gpus[g].sold_new and g not in quoted
                  and not (spec.hardware.allow_used and catalog.gpus[g].used_price))
 
 
@@ -337,4 +352,4 @@ def parse_cli_price(spec: str, catalog: Catalog) -> PriceOverride:
         usd = price_value(value, base)
     except ValueError as exc:
         raise ProblemError(f"--price '{spec}': {exc}. To fix: h100-sxm=21000, =21k or =-15%.") from None
-    return PriceOverride(item, usd, "undated", f"--price {item}={value} (catalog ${base:,.2f})")
+    return PriceOverride(item, usd, "undated", f"--price {item}={value} (catalog ${base:,.2f})", change_of(value))

@@ -141,10 +141,7 @@ def with_prices(problem: Problem, catalog: Catalog, cli_prices: tuple[str, ...] 
         override = parse_cli_price(spec, catalog)
         book[override.item] = override
     prices = tuple(book[k] for k in sorted(book))
-    quoted = {g for g in problem.end_of_life if g in book}  # a quote for a GPU no longer sold new: bought
-    if quoted:
-        buy = tuple(g for g in problem.gpus if g in (problem.buy_gpus or ()) or g in quoted)
-        problem = replace(problem, buy_gpus=buy, end_of_life=tuple(g for g in problem.end_of_life if g not in quoted))
+    problem = problem.with_quotes({item for item, p in book.items() if p.quote})
     if problem.end_of_life and not problem.buy_gpus and not problem.offers and not problem.inventory:
         raise nothing_usable(problem.path, problem.end_of_life, catalog)
     base = with_used_prices(catalog) if problem.allow_used else catalog

@@ -62,6 +62,9 @@ def deadline_walls(problem: Problem, catalog: Catalog, backend: str, limit: floa
     at = f"{days:,.1f} days on {gpus:,} x {g.gpu} ({hardware_cost(g, gpus)})"
     out = _spending_walls(problem, catalog, backend, limit, fastest_days, days, at, deadline)
     if days > deadline:
+        used = catalog.gpus[g.gpu].used_price
+        if g.gpu in problem.end_of_life and used is not None:  # more of them come only used
+            g = replace(g, gpu_usd=used.usd)
         out += _scale_walls(problem, s, days, deadline, gpus, g)
         again = _budget_after(problem, g, gpus * days / deadline, deadline)
         if again is not None and not any(w.limit == "budget" for w in out):
@@ -167,7 +170,7 @@ def _scale_walls(problem: Problem, s: MilpSolution, days: float, deadline: float
                              f"{math.ceil(gpus * need):,} GPUs at the same speed each, some "
                              f"{hardware_cost(g, gpus * need)}"))
     if not out:  # neither cap binds: the site's own limits stop the cluster, or nothing does
-        site = _site_limits(problem)
+        site = _site_limits(problem, g.gpu)
         stops = (f"the site's limits ({', '.join(f'{text} ({key})' for text, key in site)}) stop the fastest "
                  f"cluster at {gpus:,} GPUs; " if site else "")
         out.append(Wall(limit="site" if site else "scale", field=", ".join(key for _, key in site),
@@ -177,11 +180,13 @@ def _scale_walls(problem: Problem, s: MilpSolution, days: float, deadline: float
     return out
 
 
-def _site_limits(problem: Problem) -> list[tuple[str, str]]:
+def _site_limits(problem: Problem, gpu: str) -> list[tuple[str, str]]:
     """(limit, field) of a problem, past its budget, power cap, batch cap and GPU count, that can
-    stop a cluster from growing: a fixed number of racks, unit caps (export rules limit which GPUs,
-    not how many: ``_region_wall``)."""
+    stop a cluster of ``gpu`` from growing: a fixed number of racks, unit caps, a GPU no longer
+    sold new (export rules limit which GPUs, not how many: ``_region_wall``)."""
     out = []
+    if gpu in problem.end_of_life:
+        out.append((f"{gpu} is no longer sold new: more come only used, priced so here", "hardware.allow_used"))
     if problem.racks is not None and problem.racks.count is not None:
         out.append((f"{problem.racks.count} racks of {problem.racks.kw / 1e3:g} kW", "site.racks"))  # kw holds W
     if problem.max_units:
@@ -197,7 +202,10 @@ def _region_wall(free: Problem, catalog: Catalog, backend: str, limit: float, da
         return None
     job = free.training
     assert job is not None
-    open_ = replace(free, region=None, buy_gpus=None, offers=free.offers_anywhere or free.offers)
+    # any GPU the problem allows may be bought, except those no longer sold new (unless used or quoted)
+    buy = tuple(g for g in free.gpus if g in (free.buy_gpus or ()) or (g not in free.end_of_life and (
+        catalog.gpus[g].sold_new or (free.allow_used and catalog.gpus[g].used_price is not None))))
+    open_ = replace(free, region=None, buy_gpus=buy, offers=free.offers_anywhere or free.offers)
     table = plan_table(open_, catalog)
     s = fastest(open_, table, backend, limit)
     if s is None or s.candidate is None or job.tokens / s.tokens_per_s / 86400 >= days * BINDS:
@@ -244,10 +252,13 @@ def fastest(problem: Problem, table: PlanTable, backend: str, limit: float) -> M
             break
         g = table.groups[s.candidate.group]
         hours = job.tokens / s.tokens_per_s / 3600
-        if not (g.rented and 0 < g.rent_hours < hours * (1 - 1e-9)):
-            break
-        terms = math.ceil(hours / g.rent_hours - 1e-9)  # the deadline's terms, taken as often as the job needs
-        table = replace(table, groups={**table.groups, g.key: replace(g, rent_hours=g.rent_hours * terms)})
+        if not (g.rented and g.rent_term_h > 0 and g.rent_hours < hours * (1 - 1e-9)):
+            return s
+        billed = g.rent_term_h * math.ceil(hours / g.rent_term_h - 1e-9)  # the whole terms the job spans
+        table = replace(table, groups={**table.groups, g.key: replace(g, rent_hours=billed)})
+    else:  # still renting a term its job outlasts: leave that rental out rather than under-bill it
+        table = replace(table, candidates=tuple(c for c in table.candidates if c.group != g.key))
+        s = solve_if_any(table, targets, backend, limit, problem)
     return s if s is not None and s.tokens_per_s > 0 else None
 
 

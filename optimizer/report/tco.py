@@ -119,9 +119,9 @@ def _owning_cost(rec: Recommendation, g: Group, count: GroupCount) -> tuple[floa
 
 
 def _spot_slowdown(rec: Recommendation, g: Group, gpus: int) -> float:
-    """Hours of interruptible capacity per hour of the same GPUs owned, for one training job: the
+    """Hours of interruptible capacity per hour of the same GPUs owned, for a training job: the
     owned cluster's goodput over the spot one's (reclaims add restarts, Young 1974); 1 for serving."""
-    if rec.problem.training is None:
+    if g.role is not Role.TRAIN:
         return 1.0
     base = rec.problem.reliability
     return goodput(gpus, base).fraction / goodput(gpus, g.reliability(base)).fraction
@@ -144,12 +144,14 @@ def break_even(rec: Recommendation, catalog: Catalog) -> list[dict[str, Any]]:
             offer = catalog.offers[g.offer or ""]
             server = catalog.servers[g.server]
             gpu = catalog.gpus[g.gpu]
-            site = bare_group(g.gpu, server, None, Role.TRAIN, gpu_usd=gpu.price.usd, server_usd=server.price.usd,
+            used = not gpu.sold_new and gpu.used_price is not None  # no longer sold new: buying means used
+            usd = gpu.used_price.usd if used and gpu.used_price else gpu.price.usd
+            site = bare_group(g.gpu, server, None, Role.TRAIN, gpu_usd=usd, server_usd=server.price.usd,
                               gpu_w=gpu.tdp_w, server_w=server.base_power_w)
             count = purchase(site, b.gpus)
         else:
             offer = _cheapest_offer(catalog, g.gpu)
-            site, count = g, b
+            site, count, used = g, b, False
         if offer is None:
             continue
         fixed, energy = _owning_cost(rec, site, count)
@@ -161,10 +163,10 @@ def break_even(rec: Recommendation, catalog: Catalog) -> list[dict[str, Any]]:
         u = fixed / (rent_full - energy) if rent_full > energy else math.inf
         busy = None
         if rec.perf is not None:  # one training job: how busy it keeps the hardware
-            busy = min(1.0, rec.days * 24 / hours)
+            busy = min(1.0, rec.days * 24 / hours / slower)  # in hours of the owned hardware
         out.append({"gpu": g.gpu, "gpus": b.gpus, "owned_gpus": b.owned_gpus, "buy_gpus": count.gpus,
                     "server": site.server,
-                    "chosen": "rent" if g.rented else "buy", "offer": offer.id,
+                    "chosen": "rent" if g.rented else "buy", "offer": offer.id, "buy_used": used,
                     "usd_per_gpu_hour": offer.price.usd, "buy_fixed_usd": fixed, "electricity_full_use_usd": energy,
                     "rent_full_use_usd": rent_full, "rent_hours_per_owned_hour": slower,
                     "break_even_utilisation": u if math.isfinite(u) else None,
@@ -192,7 +194,8 @@ def break_even_lines(rows: list[dict[str, Any]], horizon_years: float, unrented:
             head = f"{r['gpus']} x {r['gpu']}{mix}: buying ({buying}) vs renting {renting}"
         else:
             whole = f"{r['buy_gpus']} GPUs in a {r['server']}, " if r["buy_gpus"] != r["gpus"] else ""
-            head = f"{r['gpus']} x {r['gpu']}: renting {renting} vs buying instead ({whole}{buying})"
+            instead = "buying used instead" if r.get("buy_used") else "buying instead"
+            head = f"{r['gpus']} x {r['gpu']}: renting {renting} vs {instead} ({whole}{buying})"
         if u is None or u > 1:
             tail = "renting is cheaper even at 100 % utilisation"
         else:

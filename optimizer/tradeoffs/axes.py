@@ -168,6 +168,8 @@ def apply_point(problem: Problem, catalog: Catalog, axes: list[Axis],
         else:
             note = f"sweep scenario {axis.item}={axis.show(v)}"
             catalog = with_price(catalog, axis.item or "", price_of(catalog, axis, v), note)
+            if not axis.relative:  # a price in USD is a quote: it buys a GPU no longer sold new, as --price does
+                problem = problem.with_quotes({axis.item or ""})
     return problem, catalog
 
 
