@@ -18,7 +18,7 @@ from optimizer.perf.serve import ServePlan, math_precision, serve
 from optimizer.perf.specs import ModelSpec, TrainPlan, as_precision, as_recompute
 from optimizer.perf.train import TrainResult, train_step
 from optimizer.problem import resolve_model
-from optimizer.validation import parse_quantity
+from optimizer.validation import parse_positive
 
 
 @dataclass(frozen=True, eq=False)
@@ -50,9 +50,7 @@ class Estimate:
 def _tokens(tokens: str | float | None) -> float | None:
     """``--tokens`` as a number: a bad one is bad input, found before any work."""
     try:
-        n_tokens = parse_quantity(tokens) if tokens is not None else None
-        if n_tokens is not None and n_tokens <= 0:
-            raise ValueError("a run trains on some tokens")
+        n_tokens = parse_positive(tokens) if tokens is not None else None
     except ValueError as exc:
         raise ProblemError(f"--tokens {tokens!r}: {exc}. To fix: e.g. --tokens 2T or --tokens 2e12.") from None
     return n_tokens

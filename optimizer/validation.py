@@ -291,6 +291,14 @@ def parse_quantity(value: object) -> float:
     return number
 
 
+def parse_positive(value: object) -> float:
+    """A positive finite number, written as ``parse_quantity`` reads it."""
+    number = parse_quantity(value)
+    if not 0 < number < math.inf:
+        raise ValueError(f"must be a positive finite number, got {value!r}")
+    return number
+
+
 def parse_count(value: object) -> int:
     """A whole number written as 64, '1,000' or '2k' (the schema's range checks follow)."""
     number = parse_quantity(value)

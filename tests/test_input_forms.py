@@ -356,7 +356,7 @@ def test_an_estimate_that_does_not_fit_says_its_rates_are_hypothetical():
     assert ok.exit_code == 0 and "if it fit" not in ok.output
     none = CliRunner().invoke(main, ["estimate", "train", "--model", "llama2-7b", "--gpu", "h100-sxm", "--gpus", "8",
                                      "--tokens", "0"])
-    assert none.exit_code == 2 and "--tokens '0': a run trains on some tokens" in none.output
+    assert none.exit_code == 2 and "--tokens '0': must be a positive finite number" in none.output
 
 
 def test_memory_that_runs_out_at_the_gpus_the_budget_buys_names_the_budget(tmp_path, catalog):

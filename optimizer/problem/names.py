@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from optimizer.catalog import Catalog, gpu_names, priced_item
-from optimizer.errors import CatalogError, ProblemError, suggest
+from optimizer.errors import CatalogError, suggest
 
 
 def gpu_ids(data: dict[str, Any], catalog: Catalog, path: Path) -> tuple[dict[str, Any], list[str]]:
@@ -46,13 +46,6 @@ def gpu_ids(data: dict[str, Any], catalog: Catalog, path: Path) -> tuple[dict[st
         out["inventory"] = [{**e, "gpu": one(e.get("gpu"), f"inventory[{i}].gpu")} if isinstance(e, dict) else e
                             for i, e in enumerate(data["inventory"])]
     return out, errors
-
-
-def check_ids(path: Path, field: str, ids: tuple[str, ...], table: Mapping[str, object]) -> None:
-    for ident in ids:
-        if ident not in table:
-            raise ProblemError(f"{path}: field '{field}': unknown id '{ident}'.{suggest(ident, table)}"
-                               f" To fix: use one of {', '.join(sorted(table))}.")
 
 
 def price_id_errors(data: dict[str, Any], path: Path, catalog: Catalog) -> list[str]:

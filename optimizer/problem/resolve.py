@@ -15,7 +15,7 @@ from optimizer.problem.enums import BudgetCovers, Objective
 from optimizer.problem.hf_config import is_hf_config, read_hf_config
 from optimizer.problem.limits import margins, power_caps
 from optimizer.problem.model import Demand, Problem, ServeWorkload, TrainWorkload, Workload
-from optimizer.problem.names import check_ids, gpu_ids, id_errors
+from optimizer.problem.names import gpu_ids, id_errors
 from optimizer.problem.procurement import (
     apply_prices,
     nothing_usable,
@@ -254,12 +254,8 @@ def _max_global_batch(path: Path, gb: GlobalBatch, seq_len: int) -> int:
 
 
 def _allowed_gpus(path: Path, hw: HardwareChoice, catalog: Catalog) -> tuple[str, ...]:
-    """The GPUs the allow and exclude lists leave (every id checked against the catalog): by default
+    """The GPUs the allow and exclude lists leave (their ids checked by ``names.id_errors``): by default
     every purchasable GPU; entries kept for calibration only (purchasable: false) when listed."""
-    check_ids(path, "hardware.allow_gpus", hw.allow_gpus or (), catalog.gpus)
-    check_ids(path, "hardware.exclude_gpus", hw.exclude_gpus, catalog.gpus)
-    check_ids(path, "hardware.exclude_servers", hw.exclude_servers, catalog.servers)
-    check_ids(path, "hardware.exclude_fabrics", hw.exclude_fabrics, catalog.fabrics)
     allowed = hw.allow_gpus if hw.allow_gpus is not None else tuple(g for g, gpu in catalog.gpus.items()
                                                                      if gpu.purchasable)
     gpus = tuple(g for g in allowed if g not in hw.exclude_gpus)

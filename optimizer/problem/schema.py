@@ -3,7 +3,6 @@ hardware, network, cost, search grid, solver), with the messages a wrong value g
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
@@ -27,27 +26,20 @@ from optimizer.problem.procurement import (
     ProcurementEntry,
     RacksEntry,
 )
-from optimizer.validation import Count, Fraction, Number, parse_quantity
+from optimizer.validation import Count, Fraction, Number, parse_positive
 
 if TYPE_CHECKING:
     pass
 
 SCHEMA_VERSION = 1
-def _positive_quantity(value: object) -> float:
-    number = parse_quantity(value)
-    if not 0 < number < math.inf:
-        raise ValueError(f"must be a positive finite number, got {value!r}")
-    return number
-
-
 # A positive number written as 1e12, '1T', '500B' or '250k', validated (and parsed) by the schema
 # before the type check, so one message says what is wrong with any input (not one per type tried).
-Quantity = Annotated[float, BeforeValidator(_positive_quantity)]
+Quantity = Annotated[float, BeforeValidator(parse_positive)]
 
 
 def _whole_tokens(value: object) -> int:
     """A request length written as 512, '1k' or '32K': a whole number of tokens, 1 to 1M."""
-    number = _positive_quantity(value)
+    number = parse_positive(value)
     if number != int(number) or number > 1_000_000:
         raise ValueError(f"expected a whole number of tokens from 1 to 1,000,000 such as 512 or '1k', got {value!r}")
     return int(number)

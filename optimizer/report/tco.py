@@ -12,7 +12,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from optimizer.catalog import HOURS_PER_YEAR, Catalog, Offer, Price
+from optimizer.catalog import HOURS_PER_YEAR, Catalog, Offer, Price, priced_item
 from optimizer.milp import GroupCount, capex_parts, group_costs, purchase, solution_costs
 from optimizer.perf.goodput import goodput
 from optimizer.plans.groups import Group, bare_group
@@ -77,7 +77,8 @@ def prices_used(rec: Recommendation, catalog: Catalog) -> list[dict[str, Any]]:
                 rows[cable] = _price_row("cable", cable, catalog.cables[cable].price)
     for override in rec.problem.prices:  # the price book in force, whether or not the answer uses the item
         if override.item not in rows:
-            rows[override.item] = {"kind": "unused", "id": override.item, "usd": override.usd,
+            rows[override.item] = {"kind": "unused", "id": override.item,
+                                   "usd": priced_item(catalog, override.item)[1].price.usd,  # the price in force
                                    "unit": "", "date": override.date, "source": override.note,
                                    "assumption": False, "override": True, "condition": "new"}
     asof = _month(catalog.prices_as_of)
