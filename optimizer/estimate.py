@@ -10,14 +10,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from optimizer.catalog import AT_BATCH, AT_MAX_LOAD, Catalog, gpu_names
+from optimizer.catalog import AT_BATCH, AT_MAX_LOAD, Catalog
 from optimizer.errors import CatalogError, ProblemError, suggest
 from optimizer.perf.goodput import goodput
 from optimizer.perf.params import ServeParams, TrainParams
-from optimizer.perf.serve import ServePlan, math_precision, serve
+from optimizer.perf.serve import DECODE_SUMMANDS, ServePlan, math_precision, serve
 from optimizer.perf.specs import ModelSpec, TrainPlan, as_precision, as_recompute
 from optimizer.perf.train import TrainResult, train_step
-from optimizer.problem import resolve_model
+from optimizer.problem import names, resolve_model
 from optimizer.validation import parse_positive
 
 
@@ -249,17 +249,12 @@ def _if_it_fit(out: dict[str, Any]) -> str:
 def gpu_id(catalog: Catalog, text: str) -> str:
     """A --gpu as people write it ("H100 SXM", "4090", "MI300X") as its catalog id, as in problem
     files; a name that could be several GPUs is an error listing them."""
-    if text in catalog.gpus:
-        return text
-    found = gpu_names.resolve(text, catalog.gpus)
-    if isinstance(found, str):
-        return found
-    if len(found) > 1:
-        raise ProblemError(f"--gpu: '{text}' could be any of {', '.join(found)}. To fix: name the one you mean.")
-    return text  # unknown: _resolve says so, with close matches
+    ident, several = names.gpu_id(text, catalog)
+    if several:
+        raise ProblemError(f"--gpu: '{text}' could be any of {', '.join(several)}. To fix: name the one you mean.")
+    return ident  # unknown: _resolve says so, with close matches
 
 
-DECODE_SUMMANDS = ("gemm", "attention", "tp_comm", "pp_send", "pp_handoff", "launches", "overhead")
 
 
 def _tpot_text(out: dict[str, Any]) -> str:

@@ -736,3 +736,46 @@ def test_a_sweep_price_in_usd_buys_a_gpu_no_longer_sold_new_as_solve_does(tmp_pa
         assert r.exit_code == 0, r.output
         with open(out) as f:
             assert {row["gpu"] for row in csv.DictReader(f)} == gpus, prices
+
+
+def test_memory_at_a_capped_gpu_count_names_the_cap_that_binds(tmp_path):
+    """70B on RTX 4090s capped at 8 units (no budget, no power cap): the reason names
+    hardware.max_units, not an empty limit nor a budget that does not bind."""
+    text = """\
+schema_version: 1
+name: capped
+workload: {kind: train, model: llama2-70b, tokens: 100B, precision: bf16}
+objective: min_cost
+deadline_days: 3650
+site: {datacenter: false}
+hardware: {allow_gpus: [rtx-4090], max_units: {rtx-4090: 8}}
+procurement: {rent: false}
+"""
+    path = tmp_path / "capped.yaml"
+    for extra, names in (("", "hardware.max_units"), ("budget: 100M\n", "hardware.max_units")):
+        path.write_text(text + extra)
+        out = CliRunner().invoke(main, ["solve", str(path)]).output
+        assert f"at most 8 of them within the {names} (" in out and "within the  (" not in out, out
+        assert "the budget is the limit" not in out
+
+
+def test_walls_do_not_charge_for_owned_hardware(tmp_path):
+    """512 owned A100s: the budget wall's fastest cluster costs $0 of GPUs and servers to buy."""
+    text = """\
+schema_version: 1
+name: owned-train
+workload: {kind: train, model: llama2-7b, tokens: 1T, precision: bf16}
+objective: min_cost
+deadline_days: 1
+budget: 200k
+site: {datacenter: true}
+inventory:
+  - {gpu: a100-sxm-80gb, count: 512, server: hgx-ampere-8, servers: 64}
+hardware: {allow_gpus: [a100-sxm-80gb], max_gpus: 512}
+procurement: {rent: false}
+"""
+    path = tmp_path / "owned.yaml"
+    path.write_text(text)
+    r = CliRunner().invoke(main, ["solve", str(path)])
+    assert r.exit_code == 1 and "on 512 x a100-sxm-80gb ($0 of GPUs and servers: 512 GPUs in 64 x hgx-ampere-8)" in (
+        r.output), r.output

@@ -52,7 +52,7 @@ from optimizer.perf.specs import (
 
 __all__ = ["ACT_BYTES", "BYTES", "FORMATS", "KV_PRECISIONS", "SERVE_PRECISIONS", "ServePlan", "ServeResult",
            "ServeTerms", "batch_at_slo", "decode_weight_bytes", "gemm_peak", "kv_bytes_per_token", "math_precision",
-           "max_batch", "serve", "serve_memory", "serve_terms", "serve_time", "weight_bytes"]
+           "max_batch", "serve", "serve_memory", "serve_terms", "serve_time", "weight_bytes", "DECODE_SUMMANDS"]
 
 PREFILL_BATCH = 8  # prompts an engine prefills together under load (chunked prefill mixes them in)
 
@@ -293,6 +293,11 @@ def _decode_step(t: ServeTerms, p: ServeParams, share: Num = 1.0) -> tuple[Num, 
              "pp_send": t.slots * t.send, "pp_handoff": t.slots * handoff, "launches": t.slots * launches,
              "overhead": overhead}
     return step, parts
+
+
+# the parts of ``_decode_step``'s parts dict that add up to the step (the others are what gemm and
+# attention took the longer of: weights and KV cache read, FLOPs)
+DECODE_SUMMANDS = ("gemm", "attention", "tp_comm", "pp_send", "pp_handoff", "launches", "overhead")
 
 
 def _handoff(t: ServeTerms, p: ServeParams, sequences: Num) -> Num:

@@ -314,15 +314,23 @@ def max_gpus(problem: Problem, g: Group) -> int:
     and draw at least n·(GPU + server/slots) watts on site, so the budget (capex + rent ≤ TCO),
     the availability cap and the power cap bound n; a valid bound keeps pruning exact.
     """
-    bought = problem.max_gpus if g.buy_cap is None else g.buy_cap
+    return max(min(gpu_limits(problem, g).values()), 0)
+
+
+def gpu_limits(problem: Problem, g: Group) -> dict[str, int]:
+    """Each limit on the GPUs of this group, by name (``max_gpus`` is the least of them)."""
+    out = {"hardware.max_gpus": problem.max_gpus}
+    if g.buy_cap is not None:
+        cap = (f"the largest rental of {g.offer}" if g.rented else
+               "hardware.max_units" if g.buy_cap else "the owned GPUs (none may be bought)")
+        out[cap] = g.owned_gpus + g.buy_cap
     if problem.budget_usd is not None:
         unit = g.rent_usd_per_gpu_h * g.rent_hours if g.rented else g.gpu_usd + g.server_usd / g.slots
         if unit > 0:
-            bought = min(bought, int(problem.budget_usd // unit))
-    n = min(problem.max_gpus, g.owned_gpus + bought)
+            out["budget"] = g.owned_gpus + int(problem.budget_usd // unit)
     if problem.power_cap_w is not None and not g.rented:
-        n = min(n, int(problem.power_cap_w // (g.gpu_w + g.server_w / g.slots)))
-    return max(n, 0)
+        out["power cap"] = int(problem.power_cap_w // (g.gpu_w + g.server_w / g.slots))
+    return out
 
 
 def group_affordable(problem: Problem, g: Group) -> bool:

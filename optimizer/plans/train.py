@@ -21,6 +21,7 @@ from optimizer.perf.train import TrainTerms, step_time, train_terms
 from optimizer.plans.groups import (
     Group,
     build_groups,
+    gpu_limits,
     group_affordable,
     group_reason,
     licensed_gpus,
@@ -163,13 +164,14 @@ def _gpu_candidates(problem: Problem, w: TrainWorkload, catalog: Catalog, usable
 
 
 def _spend_cap(problem: Problem, usable: list[Group], best: tuple[float, str] | None) -> str:
-    """Where memory ran out at the GPU count the budget or power cap allows (ZeRO shards the state
-    over the data-parallel GPUs, so more of them would need less each), say so: that is the limit."""
-    most = max(max_gpus(problem, g) for g in usable)
+    """Where memory ran out at the GPU count a limit allows (the budget, power cap, a unit or rental
+    cap: ZeRO shards the state over the data-parallel GPUs, so more of them would need less each),
+    say so and name the limits that set the count."""
+    g = max(usable, key=lambda g: max_gpus(problem, g))
+    most = max_gpus(problem, g)
     if best is None or most >= problem.max_gpus:
         return ""
-    spend = " and ".join(name for name, v in (("budget", problem.budget_usd), ("power cap", problem.power_cap_w))
-                         if v is not None)
+    spend = " and ".join(name for name, n in gpu_limits(problem, g).items() if n <= most)
     return (f"; at most {most:,} of them within the {spend} (ZeRO shards the training state over the GPUs, "
             f"so more GPUs need less memory each: the {spend} is the limit)")
 

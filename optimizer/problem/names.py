@@ -12,6 +12,17 @@ from optimizer.catalog import Catalog, gpu_names, priced_item
 from optimizer.errors import CatalogError, suggest
 
 
+def gpu_id(text: str, catalog: Catalog) -> tuple[str, tuple[str, ...]]:
+    """(the catalog id a GPU name as people say it means, or the text itself where it names none
+    or is already an id; the GPUs an ambiguous name could be, empty otherwise — its id is the first)."""
+    if text in catalog.gpus or text in catalog.servers:
+        return text, ()
+    found = gpu_names.resolve(text, catalog.gpus)
+    if isinstance(found, str):
+        return found, ()
+    return (found[0], tuple(found)) if len(found) > 1 else (text, ())
+
+
 def gpu_ids(data: dict[str, Any], catalog: Catalog, path: Path) -> tuple[dict[str, Any], list[str]]:
     """``data`` with the GPUs of hardware.allow_gpus / exclude_gpus / max_units and inventory
     written as people say them ("H100 SXM", "4090", "MI300X") turned into catalog ids, and the
@@ -21,16 +32,13 @@ def gpu_ids(data: dict[str, Any], catalog: Catalog, path: Path) -> tuple[dict[st
     errors: list[str] = []
 
     def one(text: object, field: str) -> object:
-        if not isinstance(text, str) or text in catalog.gpus or text in catalog.servers:
+        if not isinstance(text, str):
             return text
-        found = gpu_names.resolve(text, catalog.gpus)
-        if isinstance(found, str):
-            return found
-        if len(found) > 1:
-            errors.append(f"{path}: field '{field}': '{text}' could be any of {', '.join(found)}. "
+        ident, several = gpu_id(text, catalog)
+        if several:
+            errors.append(f"{path}: field '{field}': '{text}' could be any of {', '.join(several)}. "
                           "To fix: name the one you mean (or list each you allow).")
-            return found[0]
-        return text
+        return ident
 
     out = dict(data)
     hw = data.get("hardware")

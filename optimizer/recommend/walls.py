@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, replace
 
 from optimizer.catalog import Catalog
-from optimizer.milp import GroupCount, MilpSolution, Status, Targets, purchase, solve
+from optimizer.milp import GroupCount, MilpSolution, Status, Targets, capex_parts, purchase, solve
 from optimizer.plans import Group, PlanTable
 from optimizer.problem import Problem
 from optimizer.problem.enums import Objective
@@ -118,10 +118,11 @@ def _faster(before: float, after: float) -> str:
 
 def whole_servers(g: Group, gpus: float) -> tuple[GroupCount, float]:
     """The least hardware that runs ``gpus`` GPUs of group ``g`` (``milp.purchase``: whole servers,
-    a rack-scale unit such as an NVL72 with every slot filled) and what its GPUs and servers cost
-    before the network."""
+    a rack-scale unit such as an NVL72 with every slot filled, owned ones first) and what its GPUs
+    and servers cost to buy before the network (``milp.capex_parts``: owned ones cost nothing)."""
     count = purchase(g, math.ceil(gpus))
-    return count, count.gpus * g.gpu_usd + count.servers * g.server_usd
+    parts = capex_parts(g, count)
+    return count, parts.get("gpus", 0.0) + parts.get("servers", 0.0)
 
 
 def hardware_cost(g: Group, gpus: float) -> str:

@@ -20,8 +20,6 @@ from optimizer.plans import enumerate_candidates, licence_reason
 from optimizer.problem import Problem, problem_from_data, resolve_model
 from optimizer.recommend import HOURS_PER_YEAR, opex_per_watt
 
-ID_WIDTH = 21  # the longest catalog GPU id (h100-sxm-96gb-500w, rtx-pro-6000-server) and its licence mark
-
 
 @dataclass(frozen=True)
 class TrainFigure:
@@ -187,11 +185,16 @@ def to_records(problem: Problem, rows: list[GpuComparison], gpus: int) -> list[d
     return out
 
 
+def _id_width(rows: list[GpuComparison]) -> int:
+    """The id column: the longest GPU id, its licence mark and a space."""
+    return max((len(r.gpu) for r in rows), default=3) + 2
+
+
 def _ranked(rows: list[GpuComparison], figure, reason, rank, cells) -> list[str]:
     """One line per GPU, best ``rank`` first; a GPU without a figure shows its reason."""
     out = []
     for r in sorted(rows, key=lambda r: (-rank(figure(r)) if figure(r) else 0.0, r.gpu)):
-        head = f"  {r.gpu + (' ' if r.datacenter_ok else '*'):<{ID_WIDTH}}{r.memory_gb:>8,.0f}"
+        head = f"  {r.gpu + (' ' if r.datacenter_ok else '*'):<{_id_width(rows)}}{r.memory_gb:>8,.0f}"
         out.append(head + (cells(figure(r)) if figure(r) else f"  {reason(r)}"))
     return out
 
@@ -202,7 +205,7 @@ def render_text(problem: Problem, rows: list[GpuComparison], workload: str, gpus
              "for GPUs no longer sold new; * = GeForce licence forbids data centres)"]
     if workload != "serve":
         lines += ["", f"Training on {gpus} GPUs (fastest plan; tokens/s per $1k of GPUs, servers and network):",
-                  f"  {'gpu':<{ID_WIDTH}}{'mem GiB':>8}{'tok/s/GPU':>11}{'MFU':>7}{'tok/s per $1k':>15}"
+                  f"  {'gpu':<{_id_width(rows)}}{'mem GiB':>8}{'tok/s/GPU':>11}{'MFU':>7}{'tok/s per $1k':>15}"
                   f"{'fits from':>11}  plan"]
         lines += _ranked(rows, lambda r: r.train, lambda r: r.train_reason, lambda t: t.tokens_per_s / t.capex,
                          lambda t: f"{t.per_gpu(gpus):>11,.0f}{t.mfu:>7.0%}{t.tokens_per_s / t.capex * 1e3:>15,.2f}"
@@ -211,7 +214,8 @@ def render_text(problem: Problem, rows: list[GpuComparison], workload: str, gpus
     if workload != "train":
         lines += ["", f"Serving {input_len} in / {output_len} out, flat out (output tokens per $ of TCO over "
                   f"{problem.horizon_years:g} years, electricity at ${problem.electricity_usd_per_kwh:g}/kWh):",
-                  f"  {'gpu':<{ID_WIDTH}}{'mem GiB':>8}{'tok/s/GPU':>11}{'M tok per $':>13}{'fits on':>9}  replica"]
+                  f"  {'gpu':<{_id_width(rows)}}{'mem GiB':>8}{'tok/s/GPU':>11}{'M tok per $':>13}{'fits on':>9}"
+                  "  replica"]
         lines += _ranked(rows, lambda r: r.serve, lambda r: r.serve_reason, lambda f: f.tokens_per_usd,
                          lambda f: f"{f.output_tokens_per_s / f.gpus:>11,.0f}"
                                    f"{f.tokens_per_usd * seconds(problem) / 1e6:>13,.2f}{f.min_gpus:>9}"
