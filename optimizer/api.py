@@ -193,7 +193,7 @@ def estimate_train(model: str, gpu: str, gpus: int, catalog: Catalog | None = No
 def estimate_serve(model: str, gpu: str, gpus: int, input_len: int, output_len: int,
                    catalog: Catalog | None = None, **options: Any) -> Estimate:
     """One serving group through the performance model (``gpuopt estimate serve``). ``options``:
-    tp, pp, precision, engine, kv_precision, batch, concurrency, server, attention_dp."""
+    tp, pp, precision, engine, kv_precision, batch, concurrency, server, attention_dp, offline."""
     return _estimate_serve(catalog or load_catalog(), model, gpu, gpus, input_len, output_len, **options)
 
 

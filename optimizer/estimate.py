@@ -166,11 +166,12 @@ def _check_train_shape(spec: ModelSpec, tp: int, pp: int, virtual_stages: int) -
 def estimate_serve(catalog: Catalog, model: str, gpu: str, gpus: int, input_len: int, output_len: int,
                    tp: int = 1, pp: int = 1, precision: str = "fp16", engine: str | None = None,
                    kv_precision: str = "fp16", batch: int | None = None, concurrency: int | None = None,
-                   server: str | None = None, attention_dp: bool = False) -> Estimate:
+                   server: str | None = None, attention_dp: bool = False, offline: bool = False) -> Estimate:
     """Memory, TTFT, time per output token and throughput of a serving group. Without ``batch`` or
     ``concurrency``: the saturated case, the largest batch that fits (a benchmark at maximum load).
     ``attention_dp``: attention data-parallel over each replica's TP group (MoE serving with
-    TensorRT-LLM's enable_attention_dp or SGLang's --enable-dp-attention)."""
+    TensorRT-LLM's enable_attention_dp or SGLang's --enable-dp-attention). ``offline``: the requests
+    are handed to the engine directly (vLLM's LLM.generate, a batch job), not through its API server."""
     spec, gpu, server_id = _resolve(catalog, model, gpu, server, tp * pp)
     if batch is not None and concurrency is not None:
         raise ProblemError("give --batch or --concurrency, not both.")
@@ -188,7 +189,7 @@ def estimate_serve(catalog: Catalog, model: str, gpu: str, gpus: int, input_len:
     per_replica = batch if batch is not None else (-(-concurrency // replicas) if concurrency else None)
     engine_id = _stack(catalog, "serving", engine, gpu)
     plan = ServePlan(tp=tp, pp=pp, precision=precision, kv_precision=kv_precision, input_len=input_len,
-                     output_len=output_len, batch=per_replica, attention_dp=attention_dp,
+                     output_len=output_len, batch=per_replica, attention_dp=attention_dp, online=not offline,
                      **catalog.serve_plan_traits(gpu, engine_id))
     try:
         math_precision(catalog.device(gpu), precision)  # a GPU without tensor cores for it raises
@@ -201,7 +202,7 @@ def estimate_serve(catalog: Catalog, model: str, gpu: str, gpus: int, input_len:
     out: dict[str, Any] = {
         "model": spec.name, "gpu": gpu, "server": server_id, "gpus": gpus, "replicas": replicas,
         "tp": tp, "pp": pp, "attention_dp": attention_dp, "precision": precision, "kv_precision": kv_precision,
-        "engine": engine_id,
+        "engine": engine_id, "offline": offline,
         "engine_default": engine is None, "extrapolated": list(resolved.extrapolated),
         "input_len": input_len, "output_len": output_len, "fits": r.fits, "max_batch": r.max_batch,
         "batch_per_replica": r.batch, "memory_gb_per_gpu": r.memory_per_gpu / 1e9,
@@ -229,7 +230,9 @@ def _serve_lines(out: dict[str, Any], extrapolated: tuple[str, ...]) -> tuple[st
         f"TP={out['tp']} PP={out['pp']}{' (attention data-parallel)' if out['attention_dp'] else ''}, "
         f"{out['precision']} weights, {out['kv_precision']} KV cache, "
         f"{out['input_len']} in / {out['output_len']} out",
-        _stack_line("serving engine", out["engine"], out["engine_default"], extrapolated),
+        _stack_line("serving engine", out["engine"], out["engine_default"], extrapolated)
+        + ("; an offline batch handed to the engine directly" if out["offline"]
+           else "; requests through its API server (--offline: a batch job handed to the engine directly)"),
         f"memory per GPU {out['memory_gb_per_gpu']:,.2f} of {out['memory_capacity_gb']:,.2f} GB usable "
         f"({out['memory_total_gb']:,.1f} GB on the GPU; {verdict}) "
         f"at batch {out['batch_per_replica']} per replica (max {out['max_batch']}): "

@@ -284,3 +284,37 @@ def test_activation_workspace_is_the_engines_token_budget_not_the_prompt(catalog
     long = replace(short, input_len=20000)
     assert serve_memory(m, long, 0)["activations"] == serve_memory(m, short, 0)["activations"]
     assert serve_memory(m, replace(short, prefill_ubatch=512), 0)["activations"] == pytest.approx(512 * per_token)
+
+
+def test_an_api_server_adds_its_step_time_that_an_offline_batch_does_not_pay():
+    """Requests through an engine's API server pay ``server_overhead`` on every decode step (vLLM
+    0.5.3's HTTP server took a third of the time; vLLM blog, 2024-09-05); an offline batch handed
+    to the engine directly (LLM.generate, trtllm-bench) does not. Serving plans are online unless
+    told otherwise."""
+    from optimizer.perf.serve import serve_terms, serve_time
+
+    params = replace(SEED, server_overhead=0.004)
+    online = ServePlan(tp=8, input_len=512, output_len=128, batch=16)
+    assert online.online
+    on, off = (serve_time(serve_terms(SEED_70B, H100, plan, 16), params)
+               for plan in (online, replace(online, online=False)))
+    assert float(on.decode_step) - float(off.decode_step) == pytest.approx(0.004, rel=1e-9)
+    assert float(off.output_tokens_per_s) > float(on.output_tokens_per_s)
+    unchanged = serve_time(serve_terms(SEED_70B, H100, replace(online, online=False), 16), SEED)
+    assert float(unchanged.decode_step) == pytest.approx(float(_times(online).decode_step), rel=1e-12)
+
+
+def test_an_api_server_streams_every_sequences_token_so_its_cost_grows_with_the_batch():
+    """``server_seq_overhead`` is paid per sequence per decode step behind a server (each
+    sequence's new token detokenised and streamed): it is what keeps vLLM 0.5's API server flat
+    in throughput as TP grows (LambdaLabsML/vllm-benchmark); offline it costs nothing."""
+    from optimizer.perf.serve import serve_terms, serve_time
+
+    params = replace(SEED, server_seq_overhead=1e-4)
+    plan = ServePlan(tp=8, input_len=512, output_len=128)
+    for batch in (1, 16, 64):
+        on, off = (serve_time(serve_terms(SEED_70B, H100, replace(plan, batch=batch, online=online), batch), params)
+                   for online in (True, False))
+        assert float(on.decode_step) - float(off.decode_step) == pytest.approx(batch * 1e-4, rel=1e-9)
+        bare = serve_time(serve_terms(SEED_70B, H100, replace(plan, batch=batch, online=False), batch), SEED)
+        assert float(off.decode_step) == pytest.approx(float(bare.decode_step), rel=1e-12)

@@ -35,7 +35,8 @@ TRAINING_COLUMNS = ("id", "model", "params_b", "layers", "hidden", "heads", "kv_
 SERVING_COLUMNS = ("id", "model", "params_b", "precision", "gpu", "gpu_count", "tp", "pp", "engine", "input_len",
                    "output_len", "batch_or_concurrency", "throughput_output_tok_s", "throughput_total_tok_s", "ttft_ms",
                    "tpot_ms", "source", "notes")
-SERVING_FILES = ("serving_runs.csv", "serving_runs_2.csv", "serving_runs_3.csv", "serving_runs_4.csv")
+SERVING_FILES = ("serving_runs.csv", "serving_runs_2.csv", "serving_runs_3.csv", "serving_runs_4.csv",
+                 "serving_runs_5.csv")
 # the facts a source may state for its rows (`rows`) or assume for cells they leave empty (`assume`):
 # what optimizer/calibration/training.py and serving.py read, the training plan traits among them
 FACTS: dict[str, frozenset[str]] = {
@@ -46,7 +47,7 @@ FACTS: dict[str, frozenset[str]] = {
         "flash_attention"}),
     "serving": frozenset({
         "exclude", "model", "precision", "engine", "split", "load", "batching", "requests", "input_len",
-        "output_len", "per_gpu", "ignore", "attention_dp"}),
+        "output_len", "per_gpu", "ignore", "attention_dp", "online"}),
 }
 
 

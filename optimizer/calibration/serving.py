@@ -175,6 +175,7 @@ def serving_case(row: dict[str, str], catalog: Catalog, aliases: Aliases, source
     plan = ServePlan(tp=tp, pp=pp, precision=fmt.weights, kv_precision=fmt.kv, input_len=lengths[0],
                      output_len=lengths[1], batching=facts.get("batching") or assume.get("batching", "continuous"),
                      attention_dp=bool(facts.get("attention_dp", assume.get("attention_dp", False))),
+                     online=bool(facts.get("online", assume.get("online", True))),
                      **catalog.serve_plan_traits(place.gpu, engine_id))
     try:
         cap = max_batch(model := catalog.models[model_id].spec(), hw, plan)

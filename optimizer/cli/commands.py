@@ -146,12 +146,16 @@ def estimate_train(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, mic
 @click.option("--attention-dp", is_flag=True, default=False,
               help="Attention data-parallel over the TP group (each GPU keeps the KV cache of its own requests; "
               "MoE serving with TensorRT-LLM enable_attention_dp or SGLang --enable-dp-attention).")
+@click.option("--offline", is_flag=True, default=False,
+              help="An offline batch handed to the engine directly (vLLM's LLM.generate, a benchmark script), "
+              "not requests through its API server, which adds time to every step.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @catalog_option
 @handle_errors
 def estimate_serve(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, precision: str, engine: str | None,
                    kv_precision: str, input_len: int, output_len: int, batch: int | None, concurrency: int | None,
-                   server_id: str | None, attention_dp: bool, fmt: str, catalog_dir: Path | None) -> None:
+                   server_id: str | None, attention_dp: bool, offline: bool, fmt: str,
+                   catalog_dir: Path | None) -> None:
     """Memory, TTFT, time per output token and throughput of a serving group.
 
     Without --batch or --concurrency it reports the saturated case: the largest batch that
@@ -164,7 +168,7 @@ def estimate_serve(model_ref: str, gpu_id: str, gpus: int, tp: int, pp: int, pre
     estimate = go.estimate_serve(
         model_ref, gpu_id, gpus, input_len, output_len, go.load_catalog(catalog_dir), tp=tp, pp=pp,
         precision=precision, engine=engine, kv_precision=kv_precision, batch=batch, concurrency=concurrency,
-        server=server_id, attention_dp=attention_dp)
+        server=server_id, attention_dp=attention_dp, offline=offline)
     click.echo(estimate.render(fmt), nl=False)
     if not estimate.fits:
         raise SystemExit(1)

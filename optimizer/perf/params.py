@@ -52,6 +52,8 @@ class ServeParams:
     step_overhead: Num = 0.0  # seconds per decode step outside the kernels (scheduling, sampling)
     layer_overhead: Num = 0.0  # seconds per layer per decode step (kernel launches without CUDA graphs)
     seq_overhead: Num = 0.0  # seconds per sequence per decode step (sampling, detokenising, bookkeeping)
+    server_overhead: Num = 0.0  # further seconds per decode step behind an API server (output streaming); 0 offline
+    server_seq_overhead: Num = 0.0  # further seconds per sequence per decode step behind an API server; 0 offline
     request_overhead: Num = 0.0  # seconds of the front end's serial work per request (HTTP, tokenising)
     moe_efficiency: Num = 1.0  # routed experts' kernels relative to dense ones (reads and FLOPs)
     longest_output: Num = 1.0  # a burst's longest output over its mean output, where lengths vary

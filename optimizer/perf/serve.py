@@ -10,11 +10,14 @@ token plus attention, so it is memory-bound below a batch of about ``FLOP/s ÷ b
 compute-bound above it (seed 003_822282aa4321783a), its GEMMs at prefill's efficiency. Tensor
 parallelism adds two all-reduces of ``b·h`` values per layer per step (Megatron's row/column
 split): at small batch their fixed latency, not their bytes, is what keeps a small model from
-scaling with TP. An engine also spends
-time outside the kernels on every step (launches, scheduling, sampling: milliseconds for some
-engines and releases) and per sequence in the batch. Pipeline parallelism splits layers into
-stages that a token crosses one after another. Continuous batching (Yu et al. 2022, Orca) keeps
-``b`` sequences in flight and prefills each newcomer between decode steps; a static batch
+scaling with TP. An engine also spends time outside the kernels on every step (launches,
+scheduling, sampling: milliseconds for some releases) and per sequence, more behind an API server,
+which runs its own loop every step and detokenises and streams every sequence's token, than in an
+offline batch handed to the engine directly ("vLLM v0.6.0: 2.7x Throughput Improvement and 5x
+Latency Reduction", 2024-09-05: vLLM 0.5.3's server took 33 % of the time, Llama 3 8B on an H100).
+Pipeline parallelism splits layers into stages that a token crosses one after another. Continuous
+batching (Yu et al. 2022, Orca) keeps ``b`` sequences in flight and prefills each newcomer
+between decode steps; a static batch
 (``batching='static'``) prefills all ``b`` prompts, then decodes them together.
 """
 
@@ -85,6 +88,7 @@ class ServeTerms:
     static: Num  # 1.0 for a static batch, 0.0 for continuous batching
     requests: Num  # requests of a burst that arrive together (0: a steady stream)
     variable: Num  # 1.0 when request lengths vary (the lengths are means), else 0.0
+    online: Num  # 1.0 when requests come through the engine's API server, 0.0 for an offline batch
     slots: Num  # stage slots per decode step: max(micro-batches, pp)
     layers: Num  # layers on one stage (kernel launches scale with them)
     weight_bytes: Num  # per GPU per micro-batch step (MoE: the experts touched)
@@ -194,7 +198,7 @@ def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> Serv
     return ServeTerms(
         batch=float(batch), input_len=float(plan.input_len), output_len=float(plan.output_len),
         static=1.0 if plan.batching == "static" else 0.0, requests=float(plan.requests),
-        variable=1.0 if plan.variable_lengths else 0.0,
+        variable=1.0 if plan.variable_lengths else 0.0, online=1.0 if plan.online else 0.0,
         slots=float(max(micro, plan.pp)), layers=float(layers),
         weight_bytes=read / plan.gpus + replicated,
         expert_bytes=(read - weight_bytes(m, plan.precision)
@@ -268,11 +272,10 @@ def _decode_step(t: ServeTerms, p: ServeParams, share: Num = 1.0) -> tuple[Num, 
     """One decode step of ``share`` of the batch the terms were counted at (the weights are read
     whatever the batch; KV reads, FLOPs and all-reduce bytes scale with it), and its parts.
 
-    The weight GEMMs take the longer of reading the weights and their FLOPs at the GEMM
-    efficiency prefill uses: at small batch decode is memory-bound whatever that efficiency, and
-    at thousands of sequences its GEMMs are as large as a prefill's (a separate, lower decode
-    efficiency made those 30-50 % too slow; prefill's thin-GEMM penalty, tried on decode too,
-    made TPOT at a batch worse)."""
+    The weight GEMMs take the longer of reading the weights and their FLOPs at prefill's GEMM
+    efficiency: small batches are memory-bound whatever that efficiency, and at thousands of
+    sequences the GEMMs are a prefill's (a lower decode efficiency made those 30-50 % too slow;
+    prefill's thin-GEMM penalty, tried on decode too, made TPOT at a batch worse)."""
     bw = t.mem_bw * p.mem_bw
     # routed experts: grouped kernels over few tokens each, slower than dense GEMMs (moe_efficiency)
     weights = t.weight_bytes + t.expert_bytes * (1.0 / p.moe_efficiency - 1.0)
@@ -283,7 +286,8 @@ def _decode_step(t: ServeTerms, p: ServeParams, share: Num = 1.0) -> tuple[Num, 
     comm = share * t.comm_bw + t.comm_latency * p.allreduce_latency
     work = gemm + attention
     exposed = comm - np.minimum(p.tp_overlap * comm, work)
-    overhead = p.step_overhead + share * t.batch * p.seq_overhead
+    overhead = p.step_overhead + t.online * p.server_overhead + share * t.batch * (
+        p.seq_overhead + t.online * p.server_seq_overhead)
     launches = t.layers * p.layer_overhead  # per stage: kernel launches not captured in a CUDA graph
     handoff = _handoff(t, p, share * t.batch / np.minimum(t.stages, t.batch))  # a micro-batch's sequences
     step = t.slots * (work + exposed + t.send + launches + handoff) + overhead

@@ -283,6 +283,10 @@ class ServePlan:
     batching: str = "continuous"  # or "static": prefill the whole batch, then decode it
     requests: int = 0  # a burst of this many requests arriving at once (0: a steady stream)
     variable_lengths: bool = False  # the lengths are a dataset's means (ShareGPT), not every request's
+    # requests come through the engine's server (HTTP API, each sequence's new token detokenised and
+    # streamed every step); False: an offline batch handed to the engine directly (vLLM's
+    # LLM.generate, trtllm-bench, an engine's own benchmark script)
+    online: bool = True
     memory_fraction: float = 1.0  # share of the GPU's memory the engine takes (vLLM's gpu_memory_utilization)
     kv_fraction: float = 0.9  # share of what is left after weights for the KV cache (TensorRT-LLM: 0.9)
     max_seqs: int = 0  # the engine's cap on sequences in flight (vLLM's max_num_seqs); 0: none

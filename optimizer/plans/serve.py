@@ -121,7 +121,7 @@ def _rate(problem: Problem, m: ModelSpec, catalog: Catalog, gpu_id: str, hw: Har
           plan: ServePlan, d: Demand) -> Rated:
     """``plan`` for request class ``d`` on ``hw`` with the engine's parameters ``eff``, at the largest
     batch within its latency limits, or the closest miss."""
-    plan = replace(plan, input_len=d.input_len, output_len=d.output_len)
+    plan = replace(plan, input_len=d.input_len, output_len=d.output_len, online=not d.offline)
     tp, pp, precision = plan.tp, plan.pp, plan.precision
     # a confident plan: rates down, latencies up (more so where the values are borrowed, and at
     # maximum load, which is predicted less well than at a batch)

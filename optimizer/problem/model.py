@@ -38,6 +38,7 @@ class Demand:
     output_tokens_per_s: float
     ttft_s: float | None
     tpot_s: float | None
+    offline: bool = False  # handed to the engine directly, not through its API server
 
 
 @dataclass(frozen=True, kw_only=True)

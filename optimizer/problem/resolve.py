@@ -273,7 +273,7 @@ def _workload(path: Path, catalog: Catalog, w: TrainSpec | ServeSpec, model: Mod
     model_id = w.model if isinstance(w.model, str) else model.name
     if isinstance(w, ServeSpec):
         demands = tuple(Demand(c.name, c.input_len, c.output_len, c.demand, c.ttft_ms / 1e3 if c.ttft_ms else None,
-                               c.tpot_ms / 1e3 if c.tpot_ms else None) for c in w.classes)
+                               c.tpot_ms / 1e3 if c.tpot_ms else None, c.offline) for c in w.classes)
         return ServeWorkload(model=model, model_id=model_id, demands=demands,
                              precisions=tuple(dict.fromkeys(w.precisions)), kv_precision=w.kv_precision,
                              stack=_stack(path, catalog, "serving", w.engine))

@@ -77,6 +77,9 @@ class RequestClass(Strict):
     requests_per_s: float | None = Field(default=None, gt=0)
     ttft_ms: float | None = Field(default=None, gt=0)
     tpot_ms: float | None = Field(default=None, gt=0)
+    # a batch job handed to the engine directly (vLLM's LLM.generate), not requests through its API
+    # server, which spends time on every step streaming tokens to clients
+    offline: bool = False
 
     @model_validator(mode="after")
     def _one_demand(self) -> RequestClass:

@@ -122,7 +122,8 @@ def _problem_record(p: Problem) -> dict[str, Any]:
             "demands": [{"name": d.name, "input_len": d.input_len, "output_len": d.output_len,
                          "output_tokens_per_s": d.output_tokens_per_s,
                          "ttft_ms": d.ttft_s * 1e3 if d.ttft_s else None,
-                         "tpot_ms": d.tpot_s * 1e3 if d.tpot_s else None} for d in demands]}
+                         "tpot_ms": d.tpot_s * 1e3 if d.tpot_s else None, "offline": d.offline}
+                        for d in demands]}
 
 
 def _solver_record(rec: Recommendation) -> dict[str, Any]:
