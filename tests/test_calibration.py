@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 import shutil
 from dataclasses import replace
 
@@ -170,13 +171,16 @@ def _median_p90(comparisons):
     return np.median(errs), percentile(errs, 90)
 
 
-# Out-of-source accuracy today (gpuopt validate --cv source, 2026-11-25: training 350 rows from 23
-# sources, median 9.9 % / p90 24.7 %; serving 1,075 rows from 19 sources, 16.0 % / 55.4 %), with a
-# small margin: regression guards. Serving was 17.0 % / 58.0 % before GPU memory was counted in GiB,
-# engines' kernel efficiencies were fitted per GPU family and decode GEMMs took prefill's efficiency
-# (ten more rows fit in memory since). Issue 13's targets (training median 10 % / p90 25 %, met;
-# serving 10 % / 30 %, not yet) are in the README beside the figures reached.
-GUARDS = {"training": (0.10, 0.25), "serving": (0.165, 0.58)}
+# Out-of-source accuracy today (gpuopt validate --cv source, 2026-11-27: training 350 rows from 23
+# sources, median 9.9 % / p90 24.7 %; serving 1,561 rows from 20 sources, 19.4 % / 97.8 %), with a
+# small margin: regression guards. Serving was 15.7 % / 54.4 % on 1,075 rows from 19 sources before
+# LLM-Inference-Bench's 486 static batches came in (serving_runs_5.csv): its vLLM 0.6.1 rows on
+# MI300X, 232 of them, run 1.3-5x slower than the model says from any other source (no other source
+# measured that release), and they alone set the p90; the rows of the other 19 sources are at
+# 17.0 % / 58.9 %, TGI 1.0 (one source, borrowing vLLM 0.5's values) worse and vLLM 0.5 better since
+# the API server's time is split from the engine's. Issue 13's targets (training median 10 % / p90
+# 25 %, met; serving 10 % / 30 %, not yet) are in the README beside the figures reached.
+GUARDS = {"training": (0.10, 0.25), "serving": (0.20, 1.0)}
 
 
 @pytest.mark.parametrize("kind", ["training", "serving"])
@@ -235,15 +239,43 @@ def test_widening_is_the_least_that_covers_sources_left_out():
 
     rows = [Comparison(f"{s}{i}", s, "maximum load", "", "output_tokens_per_s", m * (1 + 0.01 * i), 1.0)
             for s, m in zip("abcde", (0.8, 0.9, 1.0, 1.1, 1.25), strict=True) for i in range(4)]
-    k = widening_for(rows)
-    assert k in WIDENING and k >= 1.0
-    assert bands(rows, k)["widening"] == k and bands(rows)["widening"] == k
+    widening = widening_for(rows)
+    cell = f"{AT_MAX_LOAD}/calibrated"  # the band these rows are judged by
+    k = widening[cell]
+    assert k in WIDENING and k >= 1.0 and widening["calibrated"] == k
+    assert bands(rows, widening)["widening"] == widening and bands(rows)["widening"] == widening
     hits = coverage(rows)
     assert 0.0 <= hits["all"] <= 1.0
     assert k > WIDENING[0]  # five sources spread like these need a wider band than their plain quantiles
     from optimizer.calibration.bands import _hits
-    below = _hits(rows, lambda others: bands(others, WIDENING[WIDENING.index(k) - 1]))
+    below = _hits(rows, lambda others: bands(others, {**widening, cell: WIDENING[WIDENING.index(k) - 1]}))
     assert sum(below["all"]) / len(below["all"]) < NOMINAL  # the grid step below did not cover enough
+    at_k = _hits(rows, lambda others: bands(others, widening))
+    assert sum(at_k["all"]) / len(at_k["all"]) >= NOMINAL
+
+
+def test_each_group_is_widened_for_its_own_sources():
+    """An extrapolated source far off (an engine release no other source measured) widens the
+    extrapolated band, not the band of calibrated predictions (Mondrian conformal, FIDELITY.md
+    section 3)."""
+    from optimizer.calibration.bands import bands, widening_for
+    from optimizer.calibration.data import Comparison
+
+    def rows(extrapolated: tuple[str, ...], spread: tuple[float, ...], prefix: str) -> list[Comparison]:
+        return [Comparison(f"{prefix}{s}{i}", f"{prefix}{s}", "maximum load", "", "output_tokens_per_s",
+                           m * (1 + 0.01 * i), 1.0, extrapolated)
+                for s, m in zip("abcde", spread, strict=True) for i in range(4)]
+
+    calibrated = rows((), (0.9, 0.95, 1.0, 1.05, 1.1), "c")
+    tame = rows(("stack x",), (0.9, 0.95, 1.0, 1.05, 1.1), "e")
+    wild = rows(("stack x",), (0.3, 0.6, 1.0, 1.6, 3.0), "e")
+    with_tame, with_wild = widening_for(calibrated + tame), widening_for(calibrated + wild)
+    assert with_wild["calibrated"] == with_tame["calibrated"]
+    assert with_wild["extrapolated"] >= with_tame["extrapolated"]
+    band_tame, band_wild = bands(calibrated + tame), bands(calibrated + wild)
+    assert band_wild["calibrated"] == band_tame["calibrated"]
+    wide, narrow = band_wild["extrapolated"]["ratio_quantiles"], band_tame["extrapolated"]["ratio_quantiles"]
+    assert wide[5] < narrow[5] and wide[95] > narrow[95]
 
 
 def test_weighted_quantiles_weigh_sources_not_rows():
@@ -374,7 +406,7 @@ def test_confidence_costs_more_and_still_meets_the_deadline(tiny_problem):
     assert lo < plain["plan"]["days"] < hi
 
 
-def test_a_confident_serving_plan_bands_the_prediction_once():
+def test_a_confident_serving_plan_bands_the_prediction_once(catalog):
     """At 90 % confidence every replica's rate is planned at its band's 10th percentile; the 90 %
     band printed beside it brackets the model's prediction, not that planned capacity (which would
     apply the band twice)."""
@@ -389,7 +421,10 @@ def test_a_confident_serving_plan_bands_the_prediction_once():
         assert cls["predicted_output_tokens_per_s"] == pytest.approx(predicted)
         assert cls["capacity_output_tokens_per_s"] == pytest.approx(predicted * factor, rel=1e-6)
         lo, hi = cls["capacity_band_90"]
-        assert lo < predicted < hi and lo > cls["capacity_output_tokens_per_s"] * 0.5
+        band = catalog.band("serve", False, AT_BATCH)  # a TPOT limit: planned at a batch, on calibrated values
+        assert factor == pytest.approx(band.ratio(10), rel=1e-3)
+        assert lo == pytest.approx(predicted * band.ratio(5), rel=1e-3) and lo < predicted
+        assert hi == pytest.approx(predicted * band.ratio(95), rel=1e-3) and hi > predicted
     text = runner.invoke(main, ["solve", path, "--confidence", "90"]).output
     assert "planned at 90 % confidence (predicted" in text
 
@@ -527,3 +562,26 @@ def test_an_unpooled_parameter_keeps_each_engine_apart(datasets, catalog):
     assert catalog.efficiency.table.serving["stage_overhead"].pooled is False
     assert catalog.efficiency.table.serving["step_overhead"].pooled is True
     assert default >= 0
+
+
+def test_offline_sources_are_modelled_without_an_api_server(datasets):
+    """A source whose engine was driven directly (a benchmark script, vLLM's LLM.generate) is
+    compared with the model's offline batch; one measured through a server with its online one."""
+    cases = datasets["serving"].cases
+    online = {c.source: c.plan.online for c in cases}
+    assert not online["llm-inference-bench"] and not online["trtllm-1.0-perf-overview"]
+    assert online["gpustack-performance-lab"] and online["vllm-lambda-0.5"] and online["tgi-sagemaker"]
+
+
+def test_llm_inference_bench_rows_are_the_files_own_arithmetic():
+    """serving_runs_5.csv (LLM-Inference-Bench): each row's throughput is batch × (input + output)
+    / latency, the source's formula, with the latency quoted in its notes; ids name the file's row."""
+    rows = list(csv.DictReader((DATA / "serving_runs_5.csv").open(encoding="utf-8")))
+    assert len(rows) == 509 and len({r["id"] for r in rows}) == 509
+    for r in rows:
+        line = re.search(r"All_results\.csv line (\d+): '([^']*)'", r["notes"])
+        assert line and int(r["id"].rsplit("-", 1)[1]) + 1 == int(line.group(1))
+        hw, n, fw, model, io, bs, latency, throughput = line.group(2).split(",")
+        assert (n, model, io, bs) == (r["tp"], r["model"], r["input_len"], r["batch_or_concurrency"])
+        assert r["input_len"] == r["output_len"] and r["throughput_total_tok_s"] == throughput
+        assert float(throughput) == pytest.approx(int(bs) * 2 * int(io) / float(latency), rel=1e-9)

@@ -119,12 +119,13 @@ def test_some_random_optima_mix_gpu_types():
 
 def test_seed_problem_takes_the_cheaper_machine_and_never_costs_more_than_either_alone(catalog):
     """On the shipped seed comparison (Llama-2 70B fp16 at 10k output tokens/s, TPOT 100 ms) the
-    optimum may mix both machines; with the calibrated vLLM overheads a TP=8 rig of 4090s without
-    peer-to-peer serves about 500 tokens/s at the TPOT limit against 2,500 for four H100s, so the
-    H100 servers carry the load and the 4090 rigs alone cost more. Four H100 replicas land within
-    one per cent of the demand, so whether a 4090 rig tops them up (or, with H100s only, a fifth
-    replica and server is bought) is a knife edge each refit may move: the test checks what holds
-    on either side of it."""
+    optimum may mix both machines; with the calibrated vLLM overheads (its API server's time per
+    streamed token included) an 8-card rig of 4090s without peer-to-peer serves about 500 tokens/s
+    at the TPOT limit against about 2,170 for four H100s, so the H100 servers carry most of the
+    load. Four H100 replicas fall some 13 % short of the demand, and whether 4090 rigs top them up
+    (three, today) or a fifth H100 replica is bought or rented, and so which machine alone is the
+    dearer (the 4090s, $1.01M against $1.11M, since a fifth H100 replica is rented for three
+    years), are knife edges each refit may move: the test checks what holds on either side."""
     tco, share = {}, 0.0
     for name in ("llama2_70b_serving", "llama2_70b_serving_h100", "llama2_70b_serving_4090"):
         rec = recommend(load_problem(ROOT / "problems" / f"{name}.yaml", catalog), catalog)
@@ -135,8 +136,9 @@ def test_seed_problem_takes_the_cheaper_machine_and_never_costs_more_than_either
                 rates[rec.table.groups[r.group].gpu] += r.tokens_per_s * count
             share = rates["h100-sxm"] / sum(rates.values())
     assert tco["llama2_70b_serving"] <= min(tco["llama2_70b_serving_h100"], tco["llama2_70b_serving_4090"]) + 1e-6
-    assert share > 0.9  # the H100 servers serve (nearly) all of it
-    assert tco["llama2_70b_serving_4090"] > tco["llama2_70b_serving_h100"]
+    assert share > 0.8  # the H100 servers serve most of it
+    if share < 1.0:  # a mix is bought only where it is cheaper than either machine alone
+        assert tco["llama2_70b_serving"] < min(tco["llama2_70b_serving_h100"], tco["llama2_70b_serving_4090"])
 
 
 def _write(tmp_path: Path, text: str) -> str:
@@ -249,3 +251,23 @@ def test_moe_serving_considers_attention_data_parallelism(catalog, tmp_path):
     assert "(TP=8 PP=1 attention data-parallel, fp8 weights" in text or "(TP=4 PP=1 attention data-parallel" in text
     dense = recommend(load_problem(ROOT / "problems" / "llama2_70b_serving_h100.yaml", catalog), catalog)
     assert not any(c.plan.attention_dp for c in dense.table.serving)
+
+
+def test_an_offline_request_class_is_served_without_an_api_server(tmp_path):
+    """`offline: true` on a request class (a batch job handed to the engine directly) plans its
+    replicas without the API server's time per step, says so, and never needs more capacity
+    than the same demand through a server."""
+    runs = {}
+    for offline in (False, True):
+        text = SERVE.replace("output_tokens_per_s: 5000, tpot_ms: 50}",
+                             f"output_tokens_per_s: 50000, offline: {str(offline).lower()}}}")
+        r = CliRunner().invoke(main, ["solve", _write(tmp_path, text), "--format", "json"])
+        assert r.exit_code == 0, r.output
+        runs[offline] = json.loads(r.output)
+    assert runs[True]["problem"]["demands"][0]["offline"] and not runs[False]["problem"]["demands"][0]["offline"]
+    assert runs[True]["cost"]["capex_usd"] <= runs[False]["cost"]["capex_usd"]
+    each = {k: max(rep["output_tokens_per_s_each"] for rep in v["plan"]["replicas"]) for k, v in runs.items()}
+    assert each[True] > each[False]
+    offline = SERVE.replace("tpot_ms: 50}", "tpot_ms: 50, offline: true}")
+    text = CliRunner().invoke(main, ["solve", _write(tmp_path, offline)])
+    assert "an offline batch (no API server)" in text.output

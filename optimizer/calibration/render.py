@@ -55,8 +55,9 @@ def _groups(v: Validation) -> list[tuple[str, str, list[Comparison], list[Compar
 
 def summary(v: Validation) -> dict[str, Any]:
     """The figures the text and JSON show: per line, sources, rows, out-of-source and in-sample
-    median and p90 |error|, and the 90 % band's coverage where it applies."""
-    cov = coverage(list(v.out_of_source))
+    median and p90 |error|, and the 90 % band's coverage where it applies: out of source only (with
+    the catalog's parameters the residuals are in sample, and bands built on them say nothing)."""
+    cov = coverage(list(v.out_of_source)) if v.cv == "source" else {}
     out: dict[str, Any] = {"kind": v.kind, "expressed_rows": len({c.row for c in v.out_of_source}),
                            "skipped_rows": len(v.skipped), "coverage_90": cov.get("all"), "lines": []}
     for section, label, oos, ins in _groups(v):

@@ -37,9 +37,9 @@ UNCERTAINTY_HEADER = """\
 # stack have calibration rows of their own; `extrapolated`: one of them borrows its values.
 # Serving also has a band per regime (`regimes`): a replica at a batch (a latency limit, a fixed
 # concurrency or request rate) or at maximum load (the most sequences that fit, or a burst).
-# `widening`: how far each quantile level is stretched from the median so that the bands cover 90 %
-# of sources left out (bands.py). A 90 % band is [q05, q95]; planning at 90 % confidence
-# multiplies every predicted rate by q10.
+# `widening`: how far each quantile's log distance from the median is stretched so that the bands
+# cover 90 % of the rows of sources left out, per group and, for serving, per regime (bands.py).
+# A 90 % band is [q05, q95]; planning at 90 % confidence multiplies every predicted rate by q10.
 # Written by `gpuopt fit`; a test keeps them equal to what the fit produces.
 """
 
@@ -158,7 +158,7 @@ it (`calibration/sources.yaml`, which also gives each source's stack or engine, 
 the facts its rows leave out and why, and the rows the model does not try). `gpuopt validate --cv
 source` predicts each source from a fit that never saw it. Written by `gpuopt fit` from
 `calibration/sources.yaml`; the per-file notes (`training_runs_2.md` to `training_runs_4.md`,
-`serving_runs_2.md` to `serving_runs_4.md`) describe how the rows were read.
+`serving_runs_2.md` to `serving_runs_5.md`) describe how the rows were read.
 
 | source | kind | document | where | date | stack / engine | rows | expressed |
 |---|---|---|---|---|---|---:|---:|

@@ -5,7 +5,7 @@ bands; cloud offers are in ``offers``), every figure with its source and date, u
 from __future__ import annotations
 
 import re
-from typing import Literal, get_args
+from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -369,6 +369,8 @@ class BandPair(Record):
 
 
 class Bands(BandPair):
-    widening: float = Field(default=1.0, ge=1.0)  # quantile levels stretched to cover 90 % out of source
+    # each quantile's log distance from the median stretched to cover 90 % out of source, a factor per
+    # group ("calibrated", "extrapolated") and per regime and group ("at a batch/calibrated"; bands.py)
+    widening: dict[str, Annotated[float, Field(ge=1.0)]] = Field(default_factory=dict)
     # serving: the bands of the rows measured at a batch, and at maximum load (bands.py)
     regimes: dict[Literal["at a batch", "at maximum load"], BandPair] = Field(default_factory=dict)
