@@ -36,7 +36,7 @@ MIN_SOURCES = 3  # a group needs this many sources for a band of its own
 NOMINAL = 0.90  # a 90 % band: [q05, q95]
 WIDENING = tuple(round(1.0 + 0.05 * i, 2) for i in range(41))  # factors tried, least first (1 to 3)
 GROUPS = ("calibrated", "extrapolated")
-Widening = dict[str, float]  # a factor per group
+Widening = dict[str, float]  # a factor per band: "calibrated", "at a batch/calibrated", ... (_cell)
 SERVING_RATES = ("output_tokens_per_s", "total_tokens_per_s")
 
 
@@ -94,7 +94,7 @@ def _groups(rows: list[Comparison], fallback: dict[str, Any] | None, widening: W
     for group in GROUPS:
         members = [c for c in rows if group_of(c) == group]
         own = {c.source for c in members}
-        k = widening.get(_cell(regime, group), WIDENING[-1])
+        k = widening[_cell(regime, group)]
         entry: dict[str, Any]
         if len(own) >= MIN_SOURCES:
             entry = {"rows": len(members), "sources": len(own), "ratio_quantiles": ratio_quantiles(members, k)}

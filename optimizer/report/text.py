@@ -165,7 +165,7 @@ def _serving_text(s: dict[str, Any], h) -> list[str]:
         f"{d['name']}: {d['output_tokens_per_s']:,.0f} output tokens/s of {d['input_len']} in / "
         f"{d['output_len']} out" + (f", TTFT ≤ {d['ttft_ms']:g} ms" if d["ttft_ms"] else "")
         + (f", TPOT ≤ {d['tpot_ms']:g} ms" if d["tpot_ms"] else "")
-        + (", an offline batch (no API server)" if d.get("offline") else "") for d in p["demands"])
+        + (", an offline batch (no API server)" if d["offline"] else "") for d in p["demands"])
     lines = [f"Serve {p['model']} at minimum cost. {demand}.", h("Recommendation")]
     for r in plan["replicas"]:
         where = f"rented from {r['offer']}" if r.get("offer") else f"in {r['server']}"
