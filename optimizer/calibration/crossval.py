@@ -32,6 +32,7 @@ class Dataset:
     cases: list
     skipped: list[tuple[str, str, str]]  # (row, source, reason)
     observations: list[fitting.Observation] = field(default_factory=list)
+    vendors: dict[str, str] = field(default_factory=dict)  # GPU family → vendor
 
     @property
     def contexts(self) -> list[tuple[str, str, str]]:
@@ -68,7 +69,7 @@ def load_dataset(kind: str, catalog: Catalog, data_dir=None) -> Dataset:
     aliases, sources = load_aliases(data_dir), load_sources(data_dir)
     builder = training_cases if kind == "training" else serving_cases
     cases, skipped = builder(catalog, aliases, sources, data_dir)
-    ds = Dataset(kind, cases, skipped)
+    ds = Dataset(kind, cases, skipped, vendors={g.family: g.vendor for g in catalog.gpus.values()})
     raw = []
     for i, c in enumerate(cases):
         figures = ((c.metric, c.measured),) if kind == "training" else c.measured
@@ -153,7 +154,8 @@ def _comparisons(ds: Dataset, predicted: dict[str, np.ndarray], cases: np.ndarra
         if cases[o.case]:
             c = ds.cases[o.case]
             out.append(Comparison(c.row, c.source, c.regime, c.config, o.metric, o.measured,
-                                  float(predicted[o.metric][o.case]), extrapolated.get(o.case, ())))
+                                  float(predicted[o.metric][o.case]), extrapolated.get(o.case, ()),
+                                  ds.vendors.get(c.family, "")))
     return out
 
 

@@ -39,6 +39,7 @@ def _groups(v: Validation) -> list[tuple[str, str, list[Comparison], list[Compar
                 lines.append(("", label, o_part, [c for c in ins if c.metric == metric
                                                   and c.regime.startswith("maximum load") is saturated]))
     for key, section in ((lambda c: c.regime, "by regime"), (regime_of, "by band"), (group_of, "by calibration"),
+                         (lambda c: (c.vendor or None) if regime_of(c) else None, "by GPU vendor"),
                          (lambda c: c.source, "by source")):
         by_o: dict[str | None, list[Comparison]] = defaultdict(list)
         by_i: dict[str | None, list[Comparison]] = defaultdict(list)
@@ -62,7 +63,7 @@ def summary(v: Validation) -> dict[str, Any]:
                            "skipped_rows": len(v.skipped), "coverage_90": cov.get("all"), "lines": []}
     for section, label, oos, ins in _groups(v):
         o, i = _errors(oos), _errors(ins)
-        key = {"by regime": f"regime: {label}", "by band": f"band: {label}",
+        key = {"by regime": f"regime: {label}", "by band": f"band: {label}", "by GPU vendor": f"vendor: {label}",
                "by source": f"source: {label}"}.get(section, label)
         out["lines"].append({
             "section": section, "label": label, "sources": len({c.source for c in oos}), "rows": o["rows"],

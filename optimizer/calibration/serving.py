@@ -98,9 +98,10 @@ def engine_of(text: str, aliases: Aliases) -> str | None:
     return None
 
 
-def _lengths(row, facts, assume) -> tuple[int, int, bool] | str:
-    """(input, output, variable): each length from the source's text for the row, else the mean
-    its token totals imply (notes), else the CSV cell, else the source's assumption.
+def _lengths(row, facts, assume) -> tuple[int, int, bool, int] | str:
+    """(input, output, variable, most output): each length from the source's text for the row, else
+    the mean its token totals imply (notes), else the CSV cell, else the source's assumption; where
+    lengths vary, the most a request may generate as the row states it (``_output_limit``), else 0.
 
     The totals win over the cell: a benchmark's configured output length is a cap that requests
     stop short of at their end-of-sequence token unless the client ignores it (GPUStack's random
@@ -119,7 +120,15 @@ def _lengths(row, facts, assume) -> tuple[int, int, bool] | str:
         out.append(value)
     if out[0] is None or out[1] is None:
         return f"request lengths not stated as numbers ({row['input_len']} / {row['output_len']})"
-    return out[0], out[1], variable
+    return out[0], out[1], variable, _output_limit(row["output_len"]) if variable else 0
+
+
+def _output_limit(cell: str) -> int:
+    """The most tokens a request may generate where lengths vary, as the row states it ("up to
+    150": a max_tokens that requests stop short of at EOS; "random 1-1024": uniform lengths up to
+    1,024); 0 where it is not stated (ShareGPT's own lengths)."""
+    m = re.match(r"\s*(?:up to|random 1\s*-)\s*([\d,]+)", cell)
+    return int(m.group(1).replace(",", "")) if m else 0
 
 
 def _measured(row, ignore: tuple[str, ...], rate: bool = False) -> tuple[tuple[str, float], ...]:
@@ -175,8 +184,8 @@ def serving_case(row: dict[str, str], catalog: Catalog, aliases: Aliases, source
     plan = ServePlan(tp=tp, pp=pp, precision=fmt.weights, kv_precision=fmt.kv, input_len=lengths[0],
                      output_len=lengths[1], batching=facts.get("batching") or assume.get("batching", "continuous"),
                      attention_dp=bool(facts.get("attention_dp", assume.get("attention_dp", False))),
-                     online=bool(facts.get("online", assume.get("online", True))),
-                     **catalog.serve_plan_traits(place.gpu, engine_id))
+                     online=bool(facts.get("online", assume.get("online", True))), variable_lengths=lengths[2],
+                     max_output_len=lengths[3], **catalog.serve_plan_traits(place.gpu, engine_id))
     try:
         cap = max_batch(model := catalog.models[model_id].spec(), hw, plan)
         kind, size = load[0], load[1] or 0  # only maximum load comes without a size
@@ -185,7 +194,7 @@ def serving_case(row: dict[str, str], catalog: Catalog, aliases: Aliases, source
         if cap < 1 or (load[0] in ("batch", "rate") and needed > hw.device.memory):
             return f"the model says it does not fit ({needed / 1e9:,.1f} GB per GPU of {hw.device.memory / 1e9:,.0f})"
         burst = size if kind == "burst" else (assume.get("requests", 0) if kind == "max" else 0)
-        plan = replace(plan, batch=batch, requests=int(burst or 0), variable_lengths=lengths[2])
+        plan = replace(plan, batch=batch, requests=int(burst or 0))
         terms = serve_terms(model, hw, plan, batch)
     except ValueError as exc:
         return str(exc)

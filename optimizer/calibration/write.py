@@ -36,9 +36,12 @@ UNCERTAINTY_HEADER = """\
 # sources weighted equally, split-conformal widening. `calibrated`: the prediction's GPU family and
 # stack have calibration rows of their own; `extrapolated`: one of them borrows its values.
 # Serving also has a band per regime (`regimes`): a replica at a batch (a latency limit, a fixed
-# concurrency or request rate) or at maximum load (the most sequences that fit, or a burst).
-# `widening`: how far each quantile's log distance from the median is stretched so that the bands
-# cover 90 % of the rows of sources left out, per group and, for serving, per regime (bands.py).
+# concurrency or request rate) or at maximum load (the most sequences that fit, or a burst), and
+# per GPU vendor within each regime (`vendors`; a vendor with fewer than three sources in a regime
+# has the regime's band of every vendor there).
+# `widening`: how far each quantile's log distance from the median is stretched, below the median
+# (`low`) and above it (`high`), so that at most 5 % of the rows of sources left out fall beyond
+# each side, per group and, for serving, per regime and GPU vendor (bands.py).
 # A 90 % band is [q05, q95]; planning at 90 % confidence multiplies every predicted rate by q10.
 # Written by `gpuopt fit`; a test keeps them equal to what the fit produces.
 """
@@ -146,6 +149,10 @@ def uncertainty_yaml(validations: dict[str, Validation]) -> str:
         section["widening"] = found["widening"]
         if "regimes" in found:
             section["regimes"] = {regime: _band_section(groups, source) for regime, groups in found["regimes"].items()}
+        if "vendors" in found:
+            section["vendors"] = {vendor: {"regimes": {regime: _band_section(groups, source)
+                                                       for regime, groups in entry["regimes"].items()}}
+                                  for vendor, entry in found["vendors"].items()}
         data[kind] = section
     return UNCERTAINTY_HEADER + yaml.safe_dump(data, sort_keys=False, width=110)
 
@@ -158,7 +165,7 @@ it (`calibration/sources.yaml`, which also gives each source's stack or engine, 
 the facts its rows leave out and why, and the rows the model does not try). `gpuopt validate --cv
 source` predicts each source from a fit that never saw it. Written by `gpuopt fit` from
 `calibration/sources.yaml`; the per-file notes (`training_runs_2.md` to `training_runs_4.md`,
-`serving_runs_2.md` to `serving_runs_5.md`) describe how the rows were read.
+`serving_runs_2.md` to `serving_runs_7.md`) describe how the rows were read.
 
 | source | kind | document | where | date | stack / engine | rows | expressed |
 |---|---|---|---|---|---|---:|---:|

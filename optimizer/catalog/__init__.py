@@ -13,15 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol, TypeVar, overload
 
-from optimizer.catalog.files import (  # the file schemas
-    CloudFile,
-    GpuFile,
-    ModelFile,
-    NetworkFile,
-    RegionFile,
-    ServerFile,
-    UncertaintyFile,
-)
+from optimizer.catalog.files import CloudFile, GpuFile, ModelFile, NetworkFile, RegionFile, ServerFile, UncertaintyFile
 from optimizer.catalog.offers import Offer
 from optimizer.catalog.prices import PRICED, PricedEntry, priced_item, with_price, with_used_prices
 from optimizer.catalog.records import (  # re-exported: the records are part of the catalog's surface
@@ -77,8 +69,7 @@ __all__ = [
     "LinkType", "load_catalog", "ModelFile", "ModelPreset", "NetworkFile", "Nic", "Offer", "Price", "PRICED",
     "priced_item", "Pue", "QUANTILES", "RackFacts", "Record", "Region", "RegionFile", "SCHEMA_VERSION", "Server",
     "ServerFile", "ServeTraits", "Sourced", "SPEC_FIELDS", "SpecSource", "Switch", "TrainTraits", "UncertaintyFile",
-    "with_price",
-    "with_used_prices",
+    "with_price", "with_used_prices",
 ]
 
 
@@ -103,15 +94,23 @@ class Catalog:
     cables: dict[str, Cable] = field(default_factory=dict)
     spec_sources: dict[str, SpecSource] = field(default_factory=dict)
 
-    def band(self, kind: str, extrapolated: bool = False, regime: str | None = None) -> Band:
+    def band(self, kind: str, extrapolated: bool = False, regime: str | None = None,
+             vendor: str | None = None) -> Band:
         """The out-of-source band of a workload kind ('train' or 'serve'); wider where the
         prediction's GPU family or stack has no calibration rows of its own. A serving prediction
-        ``regime`` ("at a batch" or "at maximum load") takes the band of rows measured like it."""
+        ``regime`` ("at a batch" or "at maximum load") takes the band of rows measured like it, on
+        its GPU ``vendor``'s rows where the bands keep them apart."""
         if self.uncertainty is None:
             raise CatalogError(f"{self.root}: no uncertainty.yaml. To fix: run 'gpuopt fit' and save its bands.")
         bands = self.uncertainty.training if kind in ("train", "training") else self.uncertainty.serving
         pair: BandPair = bands.regimes.get(regime, bands) if regime else bands  # type: ignore[call-overload]
+        if regime and vendor in bands.vendors:
+            pair = bands.vendors[vendor].regimes.get(regime, pair)  # type: ignore[call-overload]
         return pair.extrapolated if extrapolated else pair.calibrated
+
+    def vendor_of(self, *gpus: str) -> str | None:
+        """The one vendor of these GPUs; None if they are several."""
+        return vendors.pop() if len(vendors := {self.gpus[g].vendor for g in gpus}) == 1 else None
 
     def borrows(self, kind: str, stack: str | None, *runs: tuple[str, str]) -> bool:
         """Whether any (GPU, precision) pair (a weight format for serving) on a stack takes its
@@ -121,7 +120,7 @@ class Catalog:
     def band_for(self, kind: str, stack: str | None, *runs: tuple[str, str], regime: str | None = None) -> Band:
         """The band of an answer that runs on (GPU, precision) pairs on a stack: the wider,
         extrapolated one if any of them borrows its efficiency values."""
-        return self.band(kind, self.borrows(kind, stack, *runs), regime)
+        return self.band(kind, self.borrows(kind, stack, *runs), regime, self.vendor_of(*(gpu for gpu, _ in runs)))
 
     def servers_for(self, gpu_id: str) -> list[Server]:
         return [s for s in self.servers.values() if gpu_id in s.accepts]

@@ -368,9 +368,15 @@ class BandPair(Record):
     extrapolated: Band  # one of them borrows another's values: wider
 
 
+class VendorBands(Record):
+    # serving: one GPU vendor's bands of the rows measured at a batch, and at maximum load
+    regimes: dict[Literal["at a batch", "at maximum load"], BandPair] = Field(default_factory=dict)
+
+
 class Bands(BandPair):
     # each quantile's log distance from the median stretched to cover 90 % out of source, a factor per
     # group ("calibrated", "extrapolated") and per regime and group ("at a batch/calibrated"; bands.py)
     widening: dict[str, Annotated[float, Field(ge=1.0)]] = Field(default_factory=dict)
     # serving: the bands of the rows measured at a batch, and at maximum load (bands.py)
     regimes: dict[Literal["at a batch", "at maximum load"], BandPair] = Field(default_factory=dict)
+    vendors: dict[str, VendorBands] = Field(default_factory=dict)  # serving: the same per GPU vendor (bands.py)

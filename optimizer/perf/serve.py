@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from optimizer.perf import model as shape
+from optimizer.perf.burst import burst_ttft, longest_share
 from optimizer.perf.comm import collective_latency, p2p_time
 from optimizer.perf.params import Num, ServeParams
 from optimizer.perf.serve_memory import (
@@ -88,6 +89,7 @@ class ServeTerms:
     static: Num  # 1.0 for a static batch, 0.0 for continuous batching
     requests: Num  # requests of a burst that arrive together (0: a steady stream)
     variable: Num  # 1.0 when request lengths vary (the lengths are means), else 0.0
+    output_cap: Num  # where lengths vary, the longest a request may generate over the mean (inf: no limit)
     online: Num  # 1.0 when requests come through the engine's API server, 0.0 for an offline batch
     slots: Num  # stage slots per decode step: max(micro-batches, pp)
     layers: Num  # layers on one stage (kernel launches scale with them)
@@ -199,6 +201,7 @@ def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> Serv
         batch=float(batch), input_len=float(plan.input_len), output_len=float(plan.output_len),
         static=1.0 if plan.batching == "static" else 0.0, requests=float(plan.requests),
         variable=1.0 if plan.variable_lengths else 0.0, online=1.0 if plan.online else 0.0,
+        output_cap=plan.max_output_len / plan.output_len if plan.max_output_len else math.inf,
         slots=float(max(micro, plan.pp)), layers=float(layers),
         weight_bytes=read / plan.gpus + replicated,
         expert_bytes=(read - weight_bytes(m, plan.precision)
@@ -257,17 +260,6 @@ def _prefill(t: ServeTerms, p: ServeParams, prompts: Num, per_width: Num, filled
     return (m + fill) * stage + prompts * t.prefill_send * np.maximum(fill, 1.0) + p.step_overhead
 
 
-def _burst_ttft(t: ServeTerms, prefill_batch: Num, tpot: Num, step: Num) -> Num:
-    """Mean TTFT of N requests arriving at once at a replica that serves b at a time: the first b
-    are prefilled together (a request waits for half of them on average), the rest queue for a
-    slot. Under continuous batching a slot frees every request time / b, so the k-th queued request
-    waits k/b request times and the mean wait is max(0, N − b)² / (2·N·b) request times."""
-    n, b = np.maximum(t.requests, 1.0), t.batch
-    request_time = t.output_len * tpot
-    wait = np.maximum(n - b, 0.0) ** 2 / (2.0 * n * b) * request_time
-    return wait + 0.5 * np.minimum(n, b) * prefill_batch / t.prefill_prompts + step
-
-
 def _decode_step(t: ServeTerms, p: ServeParams, share: Num = 1.0) -> tuple[Num, dict[str, Num]]:
     """One decode step of ``share`` of the batch the terms were counted at (the weights are read
     whatever the batch; KV reads, FLOPs and all-reduce bytes scale with it), and its parts.
@@ -318,9 +310,9 @@ def serve_time(t: ServeTerms, p: ServeParams) -> ServeTimes:
     """Decode step, prefill, TPOT, TTFT and throughput. Element-wise arithmetic only.
 
     A burst of N requests keeps min(N, b) in flight until it drains. With request lengths that
-    vary (ShareGPT), the run lasts at least as long as its longest output, ``longest_output``
-    times the mean: the mean batch over the run is then N·mean / longest, and its steps are the
-    cheaper steps of that smaller batch."""
+    vary (ShareGPT), the run lasts at least as long as its longest output (``burst.longest_share``,
+    no longer than the requests' ``max_tokens`` allows): the mean batch over the run is then
+    N·mean / longest, and its steps are the cheaper steps of that smaller batch."""
     step, parts = _decode_step(t, p)
     prefill_batch = _prefill(t, p, t.prefill_prompts, t.prefill_gemm_per_width)
     prefill_one = _prefill(t, p, 1.0, t.prefill_one_gemm_per_width)
@@ -330,7 +322,8 @@ def serve_time(t: ServeTerms, p: ServeParams) -> ServeTimes:
     idle = np.clip(1.0 - (t.batch - 1.0) / np.maximum(t.stages - 1.0, 1.0), 0.0, 1.0)
     per_prompt = np.where(t.static > 0, prefill_batch,
                           _prefill(t, p, t.prefill_prompts, t.prefill_gemm_per_width, idle)) / t.prefill_prompts
-    longest = t.output_len * (1.0 + t.variable * (p.longest_output - 1.0))
+    longest_of_burst = longest_share(t.requests, np.minimum(p.longest_output, t.output_cap))
+    longest = t.output_len * (1.0 + t.variable * (longest_of_burst - 1.0))
     mean_batch = np.where(t.requests > 0, np.minimum(t.batch, t.requests * t.output_len / longest), t.batch)
     share = mean_batch / t.batch
     mean_step, _ = _decode_step(t, p, share)
@@ -347,8 +340,8 @@ def serve_time(t: ServeTerms, p: ServeParams) -> ServeTimes:
     # its own process: it caps the request rate whatever the GPUs could do
     rate = np.minimum(rate, t.output_len / np.maximum(p.request_overhead, 1e-9))
     steady_ttft = prefill_one + np.where(t.batch > 1, step, 0.0)
-    ttft = np.where(t.static > 0, prefill_batch,
-                    np.where(t.requests > 0, _burst_ttft(t, prefill_batch, tpot_continuous, step), steady_ttft))
+    burst = burst_ttft(t.requests, t.batch, t.output_len, t.prefill_prompts, prefill_batch, tpot_continuous, step)
+    ttft = np.where(t.static > 0, prefill_batch, np.where(t.requests > 0, burst, steady_ttft))
     return ServeTimes(step, prefill_one, tpot, ttft, rate, parts)
 
 

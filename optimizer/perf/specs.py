@@ -283,6 +283,7 @@ class ServePlan:
     batching: str = "continuous"  # or "static": prefill the whole batch, then decode it
     requests: int = 0  # a burst of this many requests arriving at once (0: a steady stream)
     variable_lengths: bool = False  # the lengths are a dataset's means (ShareGPT), not every request's
+    max_output_len: int = 0  # where lengths vary, the most a request may generate (max_tokens); 0: no limit
     # requests come through the engine's server (HTTP API, each sequence's new token detokenised and
     # streamed every step); False: an offline batch handed to the engine directly (vLLM's
     # LLM.generate, trtllm-bench, an engine's own benchmark script)

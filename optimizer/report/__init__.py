@@ -42,7 +42,7 @@ def _answer_band(rec: Recommendation, catalog: Catalog) -> tuple[Band, bool]:
         case never:
             assert_never(never)
     borrowed = catalog.borrows(w.kind, w.stack, *runs)
-    return catalog.band(w.kind, borrowed, regime), borrowed
+    return catalog.band(w.kind, borrowed, regime, catalog.vendor_of(*(gpu for gpu, _ in runs))), borrowed
 
 
 def summary(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
