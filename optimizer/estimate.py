@@ -215,7 +215,7 @@ def estimate_serve(catalog: Catalog, model: str, gpu: str, gpus: int, input_len:
         "requests_per_s": r.requests_per_s * replicas,
     }
     regime = AT_BATCH if per_replica is not None else AT_MAX_LOAD
-    band = catalog.band("serve", bool(resolved.extrapolated), regime, catalog.gpus[gpu].vendor)
+    band = catalog.band("serve", bool(resolved.extrapolated), regime, catalog.vendor_of(gpu))
     out["band_90"] = {"output_tokens_per_s": [out["output_tokens_per_s"] * band.ratio(5),
                                               out["output_tokens_per_s"] * band.ratio(95)], "regime": regime}
     return Estimate(out, _serve_lines(out, resolved.extrapolated))

@@ -240,20 +240,27 @@ def _needed(folds: Folds, widening: Widening, cell: str, side: str) -> list[floa
     quantile's distance (the band nests in the factor, so this is where the row comes inside)."""
     out = []
     for c, entry in _judged(folds, widening, cell):
-        q, (median, levels) = entry["ratio_quantiles"], entry["raw"]
-        r, ratio = c.log_ratio, c.measured / c.predicted
-        if side == "low":
-            out.append(1.0 if ratio >= q[5] else (median - r) / max(median - levels[5], 1e-12))
+        median, levels = entry["raw"]
+        if _within(entry["ratio_quantiles"], c, side=side):
+            out.append(1.0)
+        elif side == "low":
+            out.append((median - c.log_ratio) / max(median - levels[5], 1e-12))
         else:
-            out.append(1.0 if ratio <= q[95] else (r - median) / max(levels[95] - median, 1e-12))
+            out.append((c.log_ratio - median) / max(levels[95] - median, 1e-12))
     return out
 
 
 def _covers(folds: Folds, widening: Widening, cell: str, side: str, share: float) -> bool:
     """Whether at least ``share`` of the rows ``cell`` judges stay off that side of its band."""
-    inside = [c.measured / c.predicted >= e["ratio_quantiles"][5] if side == "low" else
-              c.measured / c.predicted <= e["ratio_quantiles"][95] for c, e in _judged(folds, widening, cell)]
+    inside = [_within(e["ratio_quantiles"], c, side=side) for c, e in _judged(folds, widening, cell)]
     return not inside or sum(inside) / len(inside) >= share
+
+
+def _within(q: dict[int, float], c: Comparison, low: int = 5, high: int = 95, side: str | None = None) -> bool:
+    """Whether a row's measured / predicted lies inside the band ``q`` (with ``side``, only that it
+    is not below the band, or not above it)."""
+    ratio = c.measured / c.predicted
+    return (side == "high" or q[low] <= ratio) and (side == "low" or ratio <= q[high])
 
 
 def _entry(band: dict[str, dict], c: Comparison) -> dict[str, Any]:
@@ -282,16 +289,13 @@ def _hits(rows: list[Comparison], make_bands, low: int = 5, high: int = 95,
         band = make_bands(others)
         for c in (c for c in rows if c.source == source):
             entry = _entry(band, c)
-            q = entry["ratio_quantiles"]
-            ratio = c.measured / c.predicted
-            inside = (q[low] <= ratio if side != "high" else True) and (ratio <= q[high] if side != "low" else True)
+            inside = _within(entry["ratio_quantiles"], c, low, high, side)
             hits["all"].append(inside)
             if entry["cell"] != group_of(c):  # training: the group is the cell
                 hits[entry["cell"]].append(inside)  # the rows each widening answers for
             hits[group_of(c)].append(inside)
             if regime_of(c):
                 hits[f"band: {regime_of(c)}"].append(inside)
-                hits[f"{group_of(c)} band: {regime_of(c)}"].append(inside)
             hits[f"regime: {c.regime}"].append(inside)
             hits[f"source: {c.source}"].append(inside)
             if regime_of(c) and c.vendor:

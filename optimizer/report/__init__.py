@@ -41,8 +41,7 @@ def _answer_band(rec: Recommendation, catalog: Catalog) -> tuple[Band, bool]:
             runs = ((groups[sol.candidate.group].gpu, w.precision),)
         case never:
             assert_never(never)
-    borrowed = catalog.borrows(w.kind, w.stack, *runs)
-    return catalog.band(w.kind, borrowed, regime, catalog.vendor_of(*(gpu for gpu, _ in runs))), borrowed
+    return catalog.band_for(w.kind, w.stack, *runs, regime=regime), catalog.borrows(w.kind, w.stack, *runs)
 
 
 def summary(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
