@@ -414,6 +414,20 @@ def test_engine_kernel_efficiencies_are_looked_up_per_gpu_family(catalog):
     assert all("@" not in key for p in eff.table.training.values() for key in p.stacks)
 
 
+def test_fp16_and_bf16_share_their_efficiency_values(catalog, datasets):
+    """One tensor-core rate, one set of kernels: an FP16 run reads (and is fitted into) the bf16 value
+    of its GPU family, for training and serving alike, and no fp16 value is stored."""
+    eff = catalog.efficiency
+    for kind, family, stack in (("serving", "cdna3", "vllm-rocm-0.6"), ("training", "ampere", "megatron-lm")):
+        assert eff.resolve(kind, family, "fp16", stack) == eff.resolve(kind, family, "bf16", stack)  # type: ignore[arg-type]
+        table = eff.table.training if kind == "training" else eff.table.serving
+        assert not [k for p in table.values() for k in p.hardware if k.endswith("/fp16")]
+        assert f"{family}/bf16" in table["gemm"].hardware
+    contexts = datasets["serving"].contexts
+    assert any(c.precision == "fp16" for c in datasets["serving"].cases)
+    assert all(precision != "fp16" for _, precision, _ in contexts)
+
+
 def test_a_stack_value_on_an_unknown_gpu_family_is_rejected(tmp_path):
     shutil.copytree(ROOT / "catalogs", tmp_path / "catalogs")
     path = tmp_path / "catalogs" / "efficiency.yaml"

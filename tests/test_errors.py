@@ -129,6 +129,9 @@ def test_catalog_unknown_key_suggests(tmp_path):
     ("      hopper/bf16:", "      hoper/bf16:", ["training.gemm.hardware: 'hoper/bf16'", "Did you mean 'hopper'?"]),
     ("      hopper/bf16:", "      hopper/bf61:", ["unknown training precision 'bf61'", "Did you mean 'bf16'?"]),
     ("      llamacpp: ", "      llamacp: ", ["support.serving.stacks: 'llamacp'", "Did you mean 'llamacpp'?"]),
+    # FP16 values are stored under bf16 (one tensor-core rate): an fp16 key would never be read
+    ("      hopper/bf16:\n        value: 0.", "      hopper/fp16:\n        value: 0.",
+     ["'hopper/fp16': fp16 values are stored under bf16"]),
 ])
 def test_efficiency_values_keyed_by_unknown_families_precisions_or_stacks_are_named(tmp_path, old, new, words):
     """A value under a misspelt GPU family, precision or engine would silently never be used."""

@@ -18,6 +18,7 @@ from optimizer.calibration.data import LATENCY, Comparison, load_aliases, load_s
 from optimizer.calibration.serving import serving_cases
 from optimizer.calibration.training import training_cases
 from optimizer.catalog import Catalog
+from optimizer.catalog.stacks import efficiency_precision
 from optimizer.perf.params import Num, stack_arrays
 from optimizer.perf.serve import ServeTerms, serve_time
 from optimizer.perf.train import TrainTerms, step_time
@@ -36,7 +37,7 @@ class Dataset:
 
     @property
     def contexts(self) -> list[tuple[str, str, str]]:
-        return [(c.family, c.precision, c.stack) for c in self.cases]
+        return [(c.family, efficiency_precision(c.precision), c.stack) for c in self.cases]
 
     @property
     def sources(self) -> np.ndarray:
