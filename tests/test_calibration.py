@@ -28,6 +28,7 @@ from optimizer.calibration.data import (
 )
 from optimizer.calibration.fit import MIN_ROWS
 from optimizer.catalog import AT_BATCH, AT_MAX_LOAD, load_catalog
+from optimizer.catalog.stacks import efficiency_precision
 from optimizer.cli import main
 from optimizer.errors import CatalogError
 from optimizer.problem import Demand, answer_regime, confidence_factor, load_problem, serve_regime
@@ -117,7 +118,8 @@ def test_no_parameter_is_keyed_to_a_single_row(datasets, catalog):
             for key in p.hardware:
                 family, _, precision = key.partition("/")
                 rows = sum(1 for c, s in zip(ds.cases, sens[kind][name], strict=True)
-                           if s and family in eff.family_chain(c.family) and precision in ("", c.precision))
+                           if s and family in eff.family_chain(c.family)
+                           and precision in ("", efficiency_precision(c.precision)))
                 assert rows >= MIN_ROWS, (kind, name, key, rows)
             for key in p.stacks:  # a stack ("vllm") or a stack on a GPU family ("trtllm@hopper")
                 rows = sum(1 for c, s in zip(ds.cases, sens[kind][name], strict=True)
@@ -668,6 +670,47 @@ def test_serving_runs_7_rows_are_their_quoted_source_lines():
             assert float(r["throughput_total_tok_s"]) == pytest.approx((tin + tout) / duration, rel=3e-5)
             concurrency = q["Maximum request concurrency"]
             assert r["batch_or_concurrency"].startswith(f"max concurrency {concurrency} ({prompts} ")
+
+
+def test_serving_runs_9_rows_are_their_quoted_table_lines():
+    """serving_runs_9.csv (ROCm/vllm dev-docker README at vLLM 0.7.3): each row quotes its line of the
+    README's throughput or latency table, and its cells are that line's figures; a latency row's
+    end-to-end seconds are in ``e2e_latency_s``, the 405B block's mislabelled checkpoint kept as printed."""
+    rows = [r for r in csv.DictReader((DATA / "serving_runs_9.csv").open(encoding="utf-8"))
+            if r["id"].startswith("rocm-vllm073-")]
+    assert len(rows) == 40 and len({r["id"] for r in rows}) == 40
+    above: list[str] = []
+    for r in rows:  # in the README's order; a blank model, format and TP cell repeats the line above's
+        line = re.match(r"(Throughput|Latency) Measurements table line: '\|([^']*)\|'", r["notes"])
+        assert line, r["id"]
+        cells = [c.strip() for c in line.group(2).split("|")]
+        cells[:3] = cells[:3] if cells[0] else above
+        above = cells[:3]
+        assert (cells[0], cells[1], cells[2]) == (r["model"], "FP8", r["tp"]), r["id"]
+        if line.group(1) == "Throughput":
+            n = int(r["id"].rsplit("-", 1)[1])
+            assert n <= 8 and (cells[3], cells[4]) == (r["input_len"], r["output_len"])
+            assert r["throughput_total_tok_s"] == cells[7] and not r["e2e_latency_s"]
+            assert r["batch_or_concurrency"].startswith(f"max load (offline benchmark_throughput: {cells[5]} prompts")
+        else:
+            assert (cells[3], cells[4], cells[5]) == (r["batch_or_concurrency"], r["input_len"], r["output_len"])
+            assert r["e2e_latency_s"] == cells[6] and not (r["throughput_total_tok_s"] or r["throughput_output_tok_s"])
+
+
+def test_a_static_batch_timed_end_to_end_is_compared_as_its_output_throughput(datasets):
+    """benchmark_latency.py times one generate call of b prompts: b × output_len tokens in
+    ``e2e_latency_s`` seconds, compared with the model's output throughput of that static batch."""
+    rows = {r["id"]: r for name in ("serving_runs_3.csv", "serving_runs_9.csv")
+            for r in csv.DictReader((DATA / name).open(encoding="utf-8"))}
+    cases = {c.row: c for c in datasets["serving"].cases}
+    timed = [i for i, r in rows.items() if r.get("e2e_latency_s")]
+    assert len(timed) == 64
+    for row_id in timed:
+        case, r = cases[row_id], rows[row_id]
+        batch = int(r["batch_or_concurrency"])
+        assert case.plan.batching == "static" and not case.plan.online and case.plan.batch == batch
+        expected = batch * int(r["output_len"]) / float(r["e2e_latency_s"])
+        assert case.measured == (("output_tokens_per_s", pytest.approx(expected, rel=1e-12)),)
 
 
 def test_serving_runs_6_rows_are_their_quoted_source_lines():

@@ -131,9 +131,15 @@ def _output_limit(cell: str) -> int:
     return int(m.group(1).replace(",", "")) if m else 0
 
 
-def _measured(row, ignore: tuple[str, ...], rate: bool = False) -> tuple[tuple[str, float], ...]:
+def _measured(row, ignore: tuple[str, ...], rate: bool = False,
+              static_run: float | None = None) -> tuple[tuple[str, float], ...]:
     """(metric, value) of every measurement the row gives and the source does not ``ignore``; at an
-    open-loop request ``rate`` the throughput is the rate's, so only the latencies are compared."""
+    open-loop request ``rate`` the throughput is the rate's, so only the latencies are compared.
+
+    A row that times one static batch end to end (``e2e_latency_s``: vLLM's benchmark_latency.py,
+    one generate call of ``b`` prompts of ``output_len`` tokens each with EOS ignored) produced
+    ``static_run`` = replicas × b × output_len tokens in that time: its output throughput by
+    definition, and the figure compared."""
     if rate:
         ignore += ("output_tokens_per_s", "total_tokens_per_s")
     out = []
@@ -143,6 +149,9 @@ def _measured(row, ignore: tuple[str, ...], rate: bool = False) -> tuple[tuple[s
         value = measured_value(row[column])
         if value and metric not in ignore:
             out.append((metric, value))
+    seconds = measured_value(row.get("e2e_latency_s"))
+    if seconds and static_run and not any(m == "output_tokens_per_s" for m, _ in out):
+        out.append(("output_tokens_per_s", static_run / seconds))
     if any(m == "output_tokens_per_s" for m, _ in out):
         out = [(m, v) for m, v in out if m != "total_tokens_per_s"]
     return tuple(out)
@@ -198,10 +207,10 @@ def serving_case(row: dict[str, str], catalog: Catalog, aliases: Aliases, source
         terms = serve_terms(model, hw, plan, batch)
     except ValueError as exc:
         return str(exc)
-    measured = _measured(row, tuple(facts.get("ignore", assume.get("ignore", ()))), rate=load[0] == "rate")
-    if not measured:
-        return "no measured throughput or latency in the row"
     replicas = count // (tp * pp)
+    static = replicas * batch * plan.output_len if kind == "batch" and plan.batching == "static" else None
+    if not (measured := _measured(row, tuple(facts.get("ignore", assume.get("ignore", ()))), kind == "rate", static)):
+        return "no measured throughput or latency in the row"
     scale = replicas / count if facts.get("per_gpu", assume.get("per_gpu")) else float(replicas)
     config = (f"{model_id} {plan.precision}/{plan.kv_precision}-kv on {count} x {place.gpu} TP{tp} PP{pp}"
               f"{' attention-DP' if plan.attention_dp else ''} "
