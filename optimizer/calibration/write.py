@@ -165,7 +165,7 @@ it (`calibration/sources.yaml`, which also gives each source's stack or engine, 
 the facts its rows leave out and why, and the rows the model does not try). `gpuopt validate --cv
 source` predicts each source from a fit that never saw it. Written by `gpuopt fit` from
 `calibration/sources.yaml`; the per-file notes (`training_runs_2.md` to `training_runs_4.md`,
-`serving_runs_2.md` to `serving_runs_9.md`) describe how the rows were read.
+`serving_runs_2.md` to `serving_runs_10.md`) describe how the rows were read.
 
 | source | kind | document | where | date | stack / engine | rows | expressed |
 |---|---|---|---|---|---|---:|---:|
