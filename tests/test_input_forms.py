@@ -129,7 +129,8 @@ def test_an_impossible_run_names_every_wall(tmp_path):
     # GB300 comes in NVL72 racks bought whole: the hardware is priced in whole racks, not 54.2 of them
     assert "on 3,904 x gb300 ($239,250,000 of GPUs and servers: 3,960 GPUs in 55 x nvl72-gb300)" in walls[0]
     # what $1M trains in does not depend on the deadline: a rented term is billed for as long as the
-    # job runs, not for the deadline's month (it read 3,764 days at 7 days, 24,309 at 3,800)
+    # job runs, not for the deadline's month (before that fix it read 3,764 days at 7 days and 24,309
+    # at 3,800; the same figure at both deadlines is the point)
     later = _solve(tmp_path, IMPOSSIBLE.replace("deadline_days: 7", "deadline_days: 3800"))
     assert later.exit_code == 1 and "within it the fastest cluster takes 25,099.7 days" in walls[0]
     assert "within it the fastest cluster takes 25,099.7 days" in later.output

@@ -185,8 +185,8 @@ def test_plans_above_the_mfu_ceiling_are_dropped_as_model_errors(catalog, tiny_p
             r = train_step(problem.workload.model, hw, replace(c.plan, dp=dp * c.plan.ep),
                            *capped.train_setup(g.gpu, c.plan.precision))
             # the band is held to the ceiling at dp_max with dp_min's (larger) sharded optimizer step
-            # (band_rate): dp_max's own step is shorter by a fraction of that step, well under 1 %
-            assert r.mfu <= 0.30 * 1.01, (c.key, dp, r.mfu)
+            # (band_rate): dp_max's own step is shorter by part of that step, 0.2 % here
+            assert r.mfu <= 0.30 * 1.005, (c.key, dp, r.mfu)
 
 
 @pytest.mark.parametrize("name", ["lab_budget", "mixtral_pretrain", "fabric_oversubscription", "lab_used",

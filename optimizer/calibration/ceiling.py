@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from optimizer.calibration.training import TrainingCase
+from optimizer.catalog.stacks import efficiency_precision
 
 MIN_ROWS = 10  # dense runs on a family and precision before it gets a ceiling of its own
 
@@ -34,10 +35,10 @@ def mfu_ceilings(cases: list[TrainingCase]) -> dict[str, Any]:
         best = max(group, key=lambda c: (measured_mfu(c), c.row))
         return {"value": round(measured_mfu(best), 4), "rows": len(group), "row": best.row, "source": best.source}
 
-    keys = sorted({f"{c.family}/{c.precision}" for c in dense})
+    key_of = {id(c): f"{c.family}/{efficiency_precision(c.precision)}" for c in dense}  # BF16 and FP16: one
     hardware = {}
-    for key in keys:
-        group = [c for c in dense if f"{c.family}/{c.precision}" == key]
+    for key in sorted(set(key_of.values())):
+        group = [c for c in dense if key_of[id(c)] == key]
         if len(group) >= MIN_ROWS:
             hardware[key] = top(group)
     return {"default": top(dense), "hardware": hardware}

@@ -138,8 +138,8 @@ def _measured(row, ignore: tuple[str, ...], rate: bool = False,
 
     A row that times one static batch end to end (``e2e_latency_s``: vLLM's benchmark_latency.py,
     one generate call of ``b`` prompts of ``output_len`` tokens each with EOS ignored) produced
-    ``static_run`` = replicas × b × output_len tokens in that time: its output throughput by
-    definition, and the figure compared."""
+    ``static_run`` = replicas × b × output_len tokens in that time (over the GPUs, where the source
+    counts per GPU): its output throughput by definition, and the figure compared."""
     if rate:
         ignore += ("output_tokens_per_s", "total_tokens_per_s")
     out = []
@@ -208,10 +208,10 @@ def serving_case(row: dict[str, str], catalog: Catalog, aliases: Aliases, source
     except ValueError as exc:
         return str(exc)
     replicas = count // (tp * pp)
-    static = replicas * batch * plan.output_len if kind == "batch" and plan.batching == "static" else None
-    if not (measured := _measured(row, tuple(facts.get("ignore", assume.get("ignore", ()))), kind == "rate", static)):
-        return "no measured throughput or latency in the row"
     scale = replicas / count if facts.get("per_gpu", assume.get("per_gpu")) else float(replicas)
+    static = scale * batch * plan.output_len if kind == "batch" and plan.batching == "static" else None
+    if not (measured := _measured(row, tuple(facts.get("ignore", assume.get("ignore", ()))), kind == "rate", static)):
+        return "no measured throughput or latency in the row (e2e_latency_s is read for a static batch only)"
     config = (f"{model_id} {plan.precision}/{plan.kv_precision}-kv on {count} x {place.gpu} TP{tp} PP{pp}"
               f"{' attention-DP' if plan.attention_dp else ''} "
               f"[{engine_id}], {plan.input_len}/{plan.output_len}, {load[0]} batch {batch}")

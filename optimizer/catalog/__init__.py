@@ -55,6 +55,7 @@ from optimizer.catalog.stacks import (
     ServeTraits,
     TrainStack,
     TrainTraits,
+    efficiency_precision,
     load_efficiency,
 )
 from optimizer.errors import CatalogError, suggest
@@ -185,16 +186,16 @@ class Catalog:
         table = self.efficiency.table.mfu_ceiling
         if table is None:
             return None
-        for family in self.efficiency.family_chain(self.gpus[gpu_id].family):  # BF16 and FP16: one tensor rate
-            for p in (precision, {"bf16": "fp16", "fp16": "bf16"}.get(precision, precision)):
-                if (c := table.hardware.get(f"{family}/{p}")) is not None:
-                    return c, family, p
+        precision = efficiency_precision(precision)  # BF16 and FP16: one tensor rate, one ceiling
+        for family in self.efficiency.family_chain(self.gpus[gpu_id].family):
+            if (c := table.hardware.get(f"{family}/{precision}")) is not None:
+                return c, family, precision
         same = sorted((c.value, k.split("/")[0]) for k, c in table.hardware.items() if k.endswith(f"/{precision}"))
         return (table.hardware[f"{same[0][1]}/{precision}"], f"least:{same[0][1]}", precision) if same \
             else (table.default, "", precision)
 
     def mfu_ceiling(self, gpu_id: str, precision: str) -> Ceiling | None:
-        """The highest MFU dense runs reached on the GPU's family at ``precision`` (or the other 16-bit one),
+        """The highest MFU dense runs reached on the GPU's family at ``precision`` (FP16 and BF16 as one),
         else on the family it borrows from, else the lowest of any family's; None without a guard."""
         return found[0] if (found := self._ceiling_source(gpu_id, precision)) else None
 
