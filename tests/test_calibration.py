@@ -714,6 +714,13 @@ def test_a_static_batch_timed_end_to_end_is_compared_as_its_output_throughput(da
         assert case.plan.batching == "static" and not case.plan.online and case.plan.batch == batch
         expected = batch * int(r["output_len"]) / float(r["e2e_latency_s"])
         assert case.measured == (("output_tokens_per_s", pytest.approx(expected, rel=1e-12)),)
+    # the seconds of a run that is not one static batch of a stated size say nothing of its rate
+    from optimizer.calibration.serving import serving_case
+
+    catalog = load_catalog()
+    row = {**rows["rocm-vllm073-009"], "batch_or_concurrency": "max load (offline)"}
+    reason = serving_case(row, catalog, load_aliases(), load_sources())
+    assert reason == "no measured throughput or latency in the row (e2e_latency_s is read for a static batch only)"
 
 
 def test_serving_runs_6_rows_are_their_quoted_source_lines():

@@ -11,6 +11,7 @@ lower MFU says nothing about what a dense plan can reach.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import Any
 
 from optimizer.calibration.training import TrainingCase
@@ -35,10 +36,8 @@ def mfu_ceilings(cases: list[TrainingCase]) -> dict[str, Any]:
         best = max(group, key=lambda c: (measured_mfu(c), c.row))
         return {"value": round(measured_mfu(best), 4), "rows": len(group), "row": best.row, "source": best.source}
 
-    key_of = {id(c): f"{c.family}/{efficiency_precision(c.precision)}" for c in dense}  # BF16 and FP16: one
-    hardware = {}
-    for key in sorted(set(key_of.values())):
-        group = [c for c in dense if key_of[id(c)] == key]
-        if len(group) >= MIN_ROWS:
-            hardware[key] = top(group)
+    groups: dict[str, list[TrainingCase]] = defaultdict(list)
+    for c in dense:  # BF16 and FP16 runs together: one tensor rate
+        groups[f"{c.family}/{efficiency_precision(c.precision)}"].append(c)
+    hardware = {key: top(groups[key]) for key in sorted(groups) if len(groups[key]) >= MIN_ROWS}
     return {"default": top(dense), "hardware": hardware}

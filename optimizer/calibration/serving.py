@@ -207,11 +207,11 @@ def serving_case(row: dict[str, str], catalog: Catalog, aliases: Aliases, source
         terms = serve_terms(model, hw, plan, batch)
     except ValueError as exc:
         return str(exc)
-    replicas = count // (tp * pp)
-    scale = replicas / count if facts.get("per_gpu", assume.get("per_gpu")) else float(replicas)
+    scale = 1.0 / (tp * pp) if facts.get("per_gpu", assume.get("per_gpu")) else float(count // (tp * pp))
     static = scale * batch * plan.output_len if kind == "batch" and plan.batching == "static" else None
     if not (measured := _measured(row, tuple(facts.get("ignore", assume.get("ignore", ()))), kind == "rate", static)):
-        return "no measured throughput or latency in the row (e2e_latency_s is read for a static batch only)"
+        return "no measured throughput or latency in the row" + (
+            " (e2e_latency_s is read for a static batch only)" if row.get("e2e_latency_s") else "")
     config = (f"{model_id} {plan.precision}/{plan.kv_precision}-kv on {count} x {place.gpu} TP{tp} PP{pp}"
               f"{' attention-DP' if plan.attention_dp else ''} "
               f"[{engine_id}], {plan.input_len}/{plan.output_len}, {load[0]} batch {batch}")
