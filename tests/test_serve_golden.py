@@ -341,3 +341,33 @@ def test_two_requests_of_varied_length_sent_together_outrun_one():
     params = replace(SEED, longest_output=3.0)
     rate = {n: float(serve(SEED_70B, H100, p, params).output_tokens_per_s) for n, p in ((1, one), (2, two))}
     assert rate[2] / rate[1] == pytest.approx(2 / 1.5, rel=0.05)
+
+
+def test_the_roofline_is_a_bound_that_kernels_reach_only_away_from_the_ridge():
+    """``ridge_slowdown`` smooths the roofline's max(memory, compute) where the two times meet:
+    1 is the roofline itself, 2 their sum, and far from the ridge the longer time is all."""
+    import numpy as np
+
+    from optimizer.perf.roofline import roofline
+
+    assert roofline(3.0, 1.0, 1.0) == pytest.approx(3.0, rel=1e-9)
+    assert roofline(3.0, 1.0, 2.0) == pytest.approx(4.0, rel=1e-12)
+    assert roofline(2.0, 2.0, 1.8) == pytest.approx(3.6, rel=1e-12)
+    assert roofline(1.0, 0.01, 1.8) == pytest.approx(1.0, abs=0.01)
+    times = roofline(np.array([1.0, 1.0, 1.0]), np.array([0.1, 0.5, 1.0]), np.array([1.5, 1.5, 1.5]))
+    assert np.all(np.diff(times) > 0) and np.all(times > 1.0) and times[-1] == pytest.approx(1.5)
+    assert roofline(0.0, 0.0, 1.5) == 0.0
+
+
+def test_a_decode_step_near_the_ridge_pays_for_both_bounds_and_batch_1_hardly_at_all():
+    """At the H100 seed's ridge batch (1,979 TFLOPS over 3.35 TB/s: 590 sequences, where reading
+    16-bit weights takes as long as multiplying by them) the weight GEMMs take ``ridge_slowdown``
+    times the roofline; at batch 1 they are memory-bound and next to unchanged."""
+    from optimizer.perf.serve import serve_terms, serve_time
+
+    smooth = replace(SEED, ridge_slowdown=1.8)
+    plan = ServePlan(tp=8, input_len=128, output_len=128, batch=1)
+    for batch, (lo, hi) in ((1, (1.0, 1.001)), (590, (1.75, 1.8))):
+        terms = serve_terms(SEED_70B, H100, replace(plan, batch=batch), batch)
+        gemm = [float(serve_time(terms, params).parts["gemm"]) for params in (smooth, SEED)]
+        assert lo <= gemm[0] / gemm[1] <= hi, (batch, gemm)

@@ -60,6 +60,7 @@ class ServeParams:
     allreduce_latency: Num = 1.0  # multiplier on the links' collective latency (custom all-reduce kernels)
     tp_overlap: Num = 0.0  # share of TP all-reduces hidden behind compute (two-batch overlap)
     stage_overhead: Num = 0.0  # seconds per sequence per pipeline stage handing a micro-batch on (PP > 1 only)
+    ridge_slowdown: Num = 1.0  # a kernel whose memory and compute times are equal takes this times either
 
 
 def stack_arrays(records: Sequence[Any], cls: type[T]) -> T:

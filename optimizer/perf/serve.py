@@ -7,14 +7,15 @@ efficiency parameters (``ServeParams``), in arithmetic that also runs over array
 Decode is a roofline per kernel (Williams et al. 2009): each step reads the weights (for an MoE
 model, the experts the batch touches) and every sequence's KV cache, and does ``2·N`` FLOPs per
 token plus attention, so it is memory-bound below a batch of about ``FLOP/s ÷ bytes/s`` and
-compute-bound above it (seed 003_822282aa4321783a), its GEMMs at prefill's efficiency. Tensor
-parallelism adds two all-reduces of ``b·h`` values per layer per step (Megatron's row/column
-split): at small batch their fixed latency, not their bytes, is what keeps a small model from
-scaling with TP. An engine also spends time outside the kernels on every step (launches,
-scheduling, sampling: milliseconds for some releases) and per sequence, more behind an API server,
-which runs its own loop every step and detokenises and streams every sequence's token, than in an
-offline batch handed to the engine directly ("vLLM v0.6.0: 2.7x Throughput Improvement and 5x
-Latency Reduction", 2024-09-05: vLLM 0.5.3's server took 33 % of the time, Llama 3 8B on an H100).
+compute-bound above it (seed 003_822282aa4321783a), its GEMMs at prefill's efficiency; near the
+ridge a kernel is held back by both (``perf.roofline``). Tensor parallelism adds two all-reduces of
+``b·h`` values per layer per step (Megatron's row/column split): at small batch their fixed
+latency, not their bytes, is what keeps a small model from scaling with TP. An engine also spends
+time outside the kernels on every step (launches, scheduling, sampling: milliseconds for some
+releases) and per sequence, more behind an API server, which runs its own loop every step and
+detokenises and streams every sequence's token, than in an offline batch handed to the engine
+directly ("vLLM v0.6.0: 2.7x Throughput Improvement and 5x Latency Reduction", 2024-09-05: vLLM
+0.5.3's server took 33 % of the time, Llama 3 8B on an H100).
 Pipeline parallelism splits layers into stages that a token crosses one after another. Continuous
 batching (Yu et al. 2022, Orca) keeps ``b`` sequences in flight and prefills each newcomer
 between decode steps; a static batch
@@ -32,6 +33,7 @@ from optimizer.perf import model as shape
 from optimizer.perf.burst import burst_ttft, longest_share
 from optimizer.perf.comm import collective_latency, p2p_time
 from optimizer.perf.params import Num, ServeParams
+from optimizer.perf.roofline import roofline
 from optimizer.perf.serve_memory import (
     decode_weight_bytes,
     dequant_bytes,
@@ -252,7 +254,7 @@ def _prefill(t: ServeTerms, p: ServeParams, prompts: Num, per_width: Num, filled
     gemm = (t.prefill_gemm_flops + t.prefill_expert_flops * (1.0 / p.moe_efficiency - 1.0)
             + p.gemm_half_width * per_width)
     compute = prompts * (gemm / (t.peak * p.gemm) + t.prefill_attention_flops / (t.peak_16bit * p.attention))
-    stage = (np.maximum(compute / m, t.prefill_weight_bytes / (t.mem_bw * p.mem_bw))
+    stage = (roofline(t.prefill_weight_bytes / (t.mem_bw * p.mem_bw), compute / m, p.ridge_slowdown)
              + t.prefill_dequant_bytes / (t.mem_bw * p.mem_bw)
              + prompts * t.prefill_comm_bw / m + t.prefill_comm_latency * p.allreduce_latency
              + _handoff(t, p, prompts))
@@ -265,16 +267,18 @@ def _decode_step(t: ServeTerms, p: ServeParams, share: Num = 1.0) -> tuple[Num, 
     whatever the batch; KV reads, FLOPs and all-reduce bytes scale with it), and its parts.
 
     The weight GEMMs take the longer of reading the weights and their FLOPs at prefill's GEMM
-    efficiency: small batches are memory-bound whatever that efficiency, and at thousands of
-    sequences the GEMMs are a prefill's (a lower decode efficiency made those 30-50 % too slow;
-    prefill's thin-GEMM penalty, tried on decode too, made TPOT at a batch worse)."""
+    efficiency (a roofline, smoothed at the ridge): small batches are memory-bound whatever that
+    efficiency, and at thousands of sequences the GEMMs are a prefill's (a lower decode efficiency
+    made those 30-50 % too slow; prefill's thin-GEMM penalty, tried on decode too, made TPOT at a
+    batch worse)."""
     bw = t.mem_bw * p.mem_bw
     # routed experts: grouped kernels over few tokens each, slower than dense GEMMs (moe_efficiency)
     weights = t.weight_bytes + t.expert_bytes * (1.0 / p.moe_efficiency - 1.0)
     flops = t.gemm_flops + t.expert_flops * (1.0 / p.moe_efficiency - 1.0)
     compute = share * flops / (t.peak * p.gemm)
-    gemm = np.maximum(weights / bw, compute)
-    attention = share * np.maximum(t.kv_bytes / (t.mem_bw * p.kv_bw), t.attention_flops / (t.peak_16bit * p.attention))
+    gemm = roofline(weights / bw, compute, p.ridge_slowdown)
+    attention = share * roofline(t.kv_bytes / (t.mem_bw * p.kv_bw), t.attention_flops / (t.peak_16bit * p.attention),
+                                  p.ridge_slowdown)
     comm = share * t.comm_bw + t.comm_latency * p.allreduce_latency
     work = gemm + attention
     exposed = comm - np.minimum(p.tp_overlap * comm, work)

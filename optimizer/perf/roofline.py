@@ -1,0 +1,24 @@
+"""The roofline: how long a kernel takes that both moves bytes and does math."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from optimizer.perf.params import Num
+
+
+def roofline(memory: Num, compute: Num, ridge: Num) -> Num:
+    """Time of a kernel that moves ``memory`` seconds of bytes and does ``compute`` seconds of math.
+
+    The roofline (Williams et al. 2009) takes the longer of the two: a bound that measured kernels
+    approach only away from the ridge point, where the two are equal (NVIDIA's Matrix
+    Multiplication Background User's Guide, 2023, section 2: GEMM throughput against arithmetic
+    intensity bends there, it does not break). Smoothed as the k-norm ``(mᵏ + cᵏ)^(1/k)``, with
+    ``k`` such that a kernel at the ridge takes ``ridge`` (``2^(1/k)``) times either; ``ridge = 1``
+    is the roofline itself, ``ridge = 2`` the sum of the two times. Element-wise arithmetic only."""
+    longer = np.maximum(memory, compute)
+    k = math.log(2.0) / np.log(np.maximum(ridge, 1.0 + 1e-9))
+    shorter = np.minimum(memory, compute) / np.maximum(longer, 1e-300)
+    return longer * (1.0 + shorter ** k) ** (1.0 / k)
