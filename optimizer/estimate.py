@@ -271,12 +271,14 @@ def _tpot_text(out: dict[str, Any]) -> str:
 
 
 def _decode_step_text(out: dict[str, Any]) -> str:
-    """The decode step as the sum of its parts, then what the GEMMs and attention took the longer of
-    (weights and KV cache read, FLOPs): 'decode step 82.3 ms = gemm 26.0 + ...; within them ...'."""
+    """The decode step as the sum of its parts, then the two sides of the rooflines the GEMMs and
+    attention are (weights and KV cache read, FLOPs; ``perf.roofline``): 'decode step 82.3 ms =
+    gemm 26.0 + ...; gemm and attention are rooflines, smoothed at the ridge, of: ...'."""
     parts = out["decode_breakdown_ms"]
     summands = " + ".join(f"{k} {parts[k]:,.2f}" for k in DECODE_SUMMANDS if parts.get(k))
     within = ", ".join(f"{k} {v:,.2f}" for k, v in parts.items() if k not in DECODE_SUMMANDS and v)
-    return f"decode step {out['decode_step_ms']:,.1f} ms = {summands}" + (f"; within them: {within}" if within else "")
+    return f"decode step {out['decode_step_ms']:,.1f} ms = {summands}" + (
+        f"; gemm and attention are rooflines, smoothed at the ridge, of: {within}" if within else "")
 
 
 def _stack(catalog: Catalog, kind: str, ident: str | None, gpu_id: str) -> str:

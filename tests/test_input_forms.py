@@ -391,7 +391,8 @@ def test_an_infeasible_solve_asked_for_json_prints_json(tmp_path):
 
 def test_the_decode_step_prints_as_the_sum_of_its_parts():
     """estimate serve's decode step is printed as the parts that add up to it (GEMMs, attention, TP
-    all-reduces, launches, overhead), then what those took the longer of (weights and KV read, FLOPs)."""
+    all-reduces, launches, overhead), then the two sides of the rooflines the GEMMs and attention are
+    (weights and KV read, FLOPs)."""
     import re
 
     r = CliRunner().invoke(main, ["estimate", "serve", "--model", "llama2-70b", "--gpu", "h100-sxm", "--gpus", "8",
@@ -400,7 +401,7 @@ def test_the_decode_step_prints_as_the_sum_of_its_parts():
     assert r.exit_code == 0 and m, r.output
     total = sum(float(part.split()[1].replace(",", "")) for part in m.group(2).split(" + "))
     assert total == pytest.approx(float(m.group(1)), abs=0.1)
-    assert "within them: weights_read" in r.output
+    assert "smoothed at the ridge, of: weights_read" in r.output
     # at maximum load TPOT is the decode step plus each token's share of the prompts prefilled between steps
     t = re.search(r"TPOT ([0-9.,]+) ms = decode step ([0-9.,]+) \+ ([0-9.,]+) ms of prompts prefilled", r.output)
     assert t and float(t.group(1)) == pytest.approx(float(t.group(2)) + float(t.group(3)), abs=0.1), r.output

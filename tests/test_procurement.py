@@ -49,24 +49,37 @@ def test_renting_wins_a_short_horizon_and_buying_a_long_one(catalog):
     long = _solve({**data, "cost": {"horizon_years": 3}}, catalog)
     assert _kinds(short) == {"rent"} and short.solution.capex == 0 and short.solution.rent > 0
     # H100 TP=4 replicas serve about 2,460 tokens/s each at the TPOT limit behind vLLM's API server:
-    # four of them are needed, and three years buy the two whole 8-GPU servers they fill (where a
-    # remainder would leave a server part-empty, it is rented instead: the loop below checks each row)
-    gpus = {k: sum(b.gpus for b in long.solution.purchases if long.table.groups[b.group].rented == (k == "rent"))
-            for k in ("buy", "rent")}
-    assert gpus == {"buy": 16, "rent": 0}, gpus
+    # 8,000 tokens/s take four, and three years buy the two whole 8-GPU servers they fill
+    assert _gpus(long) == {"buy": 16, "rent": 0}
     # the break-even utilisation says the same: above 100 % for the short horizon, below for the long one
     assert summary(short, catalog)["break_even"][0]["break_even_utilisation"] > 1
     assert any(row["chosen"] == "buy" for row in summary(long, catalog)["break_even"])
-    # and it agrees with every choice of a serving answer, busy the whole horizon: a rented row
-    # compares the GPUs rented with the whole server buying them would take
+
+
+def test_a_remainder_that_would_leave_a_server_part_empty_is_rented(catalog):
+    """At 7,500 tokens/s a third H100 replica and the A100 remainder would each take a whole server
+    of their own to buy: over three years the answer buys one server and rents the rest, and every
+    break-even row agrees with the choice made, busy the whole horizon (a rented row compares the
+    GPUs rented with the whole server buying them would take)."""
+    data = _data("buy_or_rent_serving.yaml")
+    data["workload"]["classes"][0]["output_tokens_per_s"] = 7500
+    mixed = _solve({**data, "cost": {"horizon_years": 3}}, catalog)
+    gpus = _gpus(mixed)
+    assert gpus["buy"] > 0 and gpus["rent"] > 0, gpus
     rented = 0.0
-    for row in summary(long, catalog)["break_even"]:
+    for row in summary(mixed, catalog)["break_even"]:
         u = row["break_even_utilisation"]
         assert (u is not None and u < 1) if row["chosen"] == "buy" else (u is None or u >= 1), row
         if row["chosen"] == "rent":
             rented += row["rent_full_use_usd"]
             assert row["buy_gpus"] == 8 and row["gpus"] < row["buy_gpus"]
-    assert rented == pytest.approx(long.solution.rent, rel=1e-6)
+    assert rented > 0 and rented == pytest.approx(mixed.solution.rent, rel=1e-6)
+
+
+def _gpus(rec) -> dict[str, int]:
+    """GPUs bought and rented in an answer."""
+    return {k: sum(b.gpus for b in rec.solution.purchases if rec.table.groups[b.group].rented == (k == "rent"))
+            for k in ("buy", "rent")}
 
 
 def test_renting_is_never_dearer_than_buying_alone(catalog):

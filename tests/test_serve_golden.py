@@ -357,6 +357,10 @@ def test_the_roofline_is_a_bound_that_kernels_reach_only_away_from_the_ridge():
     times = roofline(np.array([1.0, 1.0, 1.0]), np.array([0.1, 0.5, 1.0]), np.array([1.5, 1.5, 1.5]))
     assert np.all(np.diff(times) > 0) and np.all(times > 1.0) and times[-1] == pytest.approx(1.5)
     assert roofline(0.0, 0.0, 1.5) == 0.0
+    assert roofline(2.0, 2.0, 1.0) == 2.0 and roofline(2.0, 2.0, 0.5) == 2.0  # 1 and below: the roofline itself
+    assert roofline(np.inf, np.inf, 1.8) == np.inf
+    per_row = roofline(np.array([1.0, 1.0, 1.0]), np.array([1.0, 1.0, 1.0]), np.array([1.0, 1.5, 2.0]))
+    assert per_row == pytest.approx([1.0, 1.5, 2.0], rel=1e-12)
 
 
 def test_a_decode_step_near_the_ridge_pays_for_both_bounds_and_batch_1_hardly_at_all():

@@ -240,7 +240,7 @@ def _per_width(m: ModelSpec, plan: ServePlan, tokens: float, rows: float) -> flo
 
 def _prefill(t: ServeTerms, p: ServeParams, prompts: Num, per_width: Num, filled: Num = 1.0) -> Num:
     """Prefill ``prompts`` prompts together: GEMMs (slower when thin: ``gemm_half_width``) and causal
-    attention, unless reading the weights takes longer; TP all-reduces of ``s·h`` values twice per
+    attention, against reading the weights (a roofline, ``perf.roofline``); TP all-reduces of ``s·h`` values twice per
     layer; the stages one after another. An engine that splits the pass into ``m`` micro-batches
     queues them on the stages asynchronously (llama.cpp's ``n_ubatch``, PR #6017), a GPipe schedule
     (Huang et al. 2019): ``(m + pp − 1)`` micro-batch stage times, each reading the weights again
@@ -266,8 +266,8 @@ def _decode_step(t: ServeTerms, p: ServeParams, share: Num = 1.0) -> tuple[Num, 
     """One decode step of ``share`` of the batch the terms were counted at (the weights are read
     whatever the batch; KV reads, FLOPs and all-reduce bytes scale with it), and its parts.
 
-    The weight GEMMs take the longer of reading the weights and their FLOPs at prefill's GEMM
-    efficiency (a roofline, smoothed at the ridge): small batches are memory-bound whatever that
+    The weight GEMMs are a roofline (``perf.roofline``) of reading the weights and their FLOPs at
+    prefill's GEMM efficiency: small batches are memory-bound whatever that
     efficiency, and at thousands of sequences the GEMMs are a prefill's (a lower decode efficiency
     made those 30-50 % too slow; prefill's thin-GEMM penalty, tried on decode too, made TPOT at a
     batch worse)."""
@@ -295,8 +295,8 @@ def _decode_step(t: ServeTerms, p: ServeParams, share: Num = 1.0) -> tuple[Num, 
     return step, parts
 
 
-# the parts of ``_decode_step``'s parts dict that add up to the step (the others are what gemm and
-# attention took the longer of: weights and KV cache read, FLOPs)
+# the parts of ``_decode_step``'s parts dict that add up to the step (the others are the two sides of
+# the rooflines gemm and attention are: weights and KV cache read, FLOPs)
 DECODE_SUMMANDS = ("gemm", "attention", "tp_comm", "pp_send", "pp_handoff", "launches", "overhead")
 
 
