@@ -361,6 +361,10 @@ def test_the_roofline_is_a_bound_that_kernels_reach_only_away_from_the_ridge():
     assert roofline(np.inf, np.inf, 1.8) == np.inf
     per_row = roofline(np.array([1.0, 1.0, 1.0]), np.array([1.0, 1.0, 1.0]), np.array([1.0, 1.5, 2.0]))
     assert per_row == pytest.approx([1.0, 1.5, 2.0], rel=1e-12)
+    rng = np.random.default_rng(7)  # the planner's scalar path agrees with the calibration's arrays
+    m, c, r = rng.uniform(0, 2, 50), rng.uniform(0, 2, 50), rng.uniform(0.9, 2.0, 50)
+    one_by_one = [roofline(float(a), float(b), float(x)) for a, b, x in zip(m, c, r, strict=True)]
+    assert roofline(m, c, r) == pytest.approx(one_by_one, rel=1e-12)
 
 
 def test_a_decode_step_near_the_ridge_pays_for_both_bounds_and_batch_1_hardly_at_all():
