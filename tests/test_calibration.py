@@ -400,7 +400,10 @@ def test_catalog_lists_stacks_with_their_rows_and_vendor_defaults(catalog):
     engines = json.loads(runner.invoke(main, ["catalog", "list", "--kind", "engines", "--format", "json"]).output)
     by_id = {e["id"]: e for e in engines}
     assert by_id["vllm"]["default_for"] == ["NVIDIA", "Intel"] and by_id["vllm"]["calibration_rows"] > 0
-    assert by_id["sglang-rocm"]["calibration_rows"] == 0 and by_id["sglang-rocm"]["like"] == "sglang"
+    rows = catalog.efficiency.table.support["serving"].stacks
+    assert by_id["sglang-rocm"]["calibration_rows"] == rows["sglang-rocm"] == 3  # the SGLang Cookbook's MI300X rows
+    assert by_id["sglang-rocm"]["like"] == "sglang"
+    assert all(e["calibration_rows"] == rows.get(e["id"], 0) for e in engines)
 
 
 def test_engine_kernel_efficiencies_are_looked_up_per_gpu_family(catalog):

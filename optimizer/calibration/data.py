@@ -37,7 +37,8 @@ SERVING_COLUMNS = ("id", "model", "params_b", "precision", "gpu", "gpu_count", "
                    "tpot_ms", "source", "notes")
 SERVING_FILES = ("serving_runs.csv", "serving_runs_2.csv", "serving_runs_3.csv", "serving_runs_4.csv",
                  "serving_runs_5.csv", "serving_runs_6.csv", "serving_runs_7.csv", "serving_runs_8.csv",
-                 "serving_runs_9.csv", "serving_runs_10.csv", "serving_runs_11.csv")
+                 "serving_runs_9.csv", "serving_runs_10.csv", "serving_runs_11.csv",
+                 "serving_runs_12.csv")
 # the facts a source may state for its rows (`rows`) or assume for cells they leave empty (`assume`):
 # what optimizer/calibration/training.py and serving.py read, the training plan traits among them
 FACTS: dict[str, frozenset[str]] = {
