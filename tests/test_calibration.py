@@ -18,8 +18,7 @@ from click.testing import CliRunner
 from optimizer.calibration import crossval
 from optimizer.calibration.bands import coverage, ratio_quantiles
 from optimizer.calibration.data import (
-    SERVING_FILES,
-    TRAINING_FILES,
+    data_files,
     default_data_dir,
     load_aliases,
     load_sources,
@@ -58,7 +57,7 @@ def _ids(files):
 
 
 def test_every_row_is_compared_or_explained(datasets):
-    for kind, files in (("training", TRAINING_FILES), ("serving", SERVING_FILES)):
+    for kind, files in (("training", data_files("training")), ("serving", data_files("serving"))):
         ids = _ids(files)
         assert len(ids) == len(set(ids)), f"duplicate {kind} row ids"
         expressed = {c.row for c in datasets[kind].cases}
@@ -67,11 +66,23 @@ def test_every_row_is_compared_or_explained(datasets):
         assert all(why for _, _, why in datasets[kind].skipped)
 
 
+def test_every_calibration_file_is_read_in_number_order(tmp_path):
+    """A new serving_runs_N.csv is read once it is there, after the ones numbered below it (the
+    fit's row order, and so its result, does not depend on the directory listing)."""
+    for name in ("serving_runs_10.csv", "serving_runs.csv", "serving_runs_2.csv", "serving_runs_notes.csv",
+                 "training_runs_3.csv"):
+        (tmp_path / name).write_text("")
+    assert data_files("serving", tmp_path) == ("serving_runs.csv", "serving_runs_2.csv", "serving_runs_10.csv")
+    assert data_files("training", tmp_path) == ("training_runs_3.csv",)
+    shipped = data_files("serving")
+    assert shipped[0] == "serving_runs.csv" and len(shipped) == len(list(DATA.glob("serving_runs*.csv")))
+
+
 def test_every_row_has_one_listed_source_and_every_source_rows():
     sources = load_sources()
     assert len({s.id for s in sources}) == len(sources)
     used = set()
-    for kind, files in (("training", TRAINING_FILES), ("serving", SERVING_FILES)):
+    for kind, files in (("training", data_files("training")), ("serving", data_files("serving"))):
         for row in _ids(files):
             s = source_of(row, sources)
             assert s is not None and s.kind == kind, row

@@ -27,7 +27,6 @@ from optimizer.validation import read_yaml, validate
 Kind = Literal["training", "serving"]
 THROUGHPUT = ("output_tokens_per_s", "total_tokens_per_s", "mfu", "tflops_per_gpu", "tokens_per_s_per_gpu")
 LATENCY = ("ttft_ms", "tpot_ms")
-TRAINING_FILES = ("training_runs.csv", "training_runs_2.csv", "training_runs_3.csv", "training_runs_4.csv")
 TRAINING_COLUMNS = ("id", "model", "params_b", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "seq_len",
                     "vocab", "tokens_b", "gpu", "gpu_count", "tp", "pp", "dp", "cp", "global_batch_tokens_or_seqs",
                     "micro_batch", "recompute", "zero_stage", "precision", "achieved_tflops_per_gpu", "mfu_pct",
@@ -35,10 +34,6 @@ TRAINING_COLUMNS = ("id", "model", "params_b", "layers", "hidden", "heads", "kv_
 SERVING_COLUMNS = ("id", "model", "params_b", "precision", "gpu", "gpu_count", "tp", "pp", "engine", "input_len",
                    "output_len", "batch_or_concurrency", "throughput_output_tok_s", "throughput_total_tok_s", "ttft_ms",
                    "tpot_ms", "source", "notes")
-SERVING_FILES = ("serving_runs.csv", "serving_runs_2.csv", "serving_runs_3.csv", "serving_runs_4.csv",
-                 "serving_runs_5.csv", "serving_runs_6.csv", "serving_runs_7.csv", "serving_runs_8.csv",
-                 "serving_runs_9.csv", "serving_runs_10.csv", "serving_runs_11.csv",
-                 "serving_runs_12.csv")
 # the facts a source may state for its rows (`rows`) or assume for cells they leave empty (`assume`):
 # what optimizer/calibration/training.py and serving.py read, the training plan traits among them
 FACTS: dict[str, frozenset[str]] = {
@@ -212,15 +207,20 @@ def read_rows(path: Path, required: tuple[str, ...]) -> list[dict[str, str]]:
     return rows
 
 
+def data_files(kind: Kind, data_dir: Path | None = None) -> tuple[str, ...]:
+    """The calibration files of a kind, in number order: ``serving_runs.csv``, ``serving_runs_2.csv``,
+    ... (a new file is read once it is there; none is listed by hand)."""
+    stem = "training_runs" if kind == "training" else "serving_runs"
+    numbered = {p.name: int(m.group(1) or 1) for p in (data_dir or default_data_dir()).glob(f"{stem}*.csv")
+                if (m := re.fullmatch(rf"{stem}(?:_(\d+))?\.csv", p.name))}
+    return tuple(sorted(numbered, key=numbered.__getitem__))
+
+
 def read_kind(kind: Kind, data_dir: Path | None = None) -> list[dict[str, str]]:
-    """Every row of a kind, from every file of that kind that exists; each file has every column."""
+    """Every row of a kind, from every file of that kind; each file has every column."""
     required = TRAINING_COLUMNS if kind == "training" else SERVING_COLUMNS
     data_dir = data_dir or default_data_dir()
-    rows: list[dict[str, str]] = []
-    for name in TRAINING_FILES if kind == "training" else SERVING_FILES:
-        if (data_dir / name).exists():
-            rows += read_rows(data_dir / name, required)
-    return rows
+    return [row for name in data_files(kind, data_dir) for row in read_rows(data_dir / name, required)]
 
 
 def claimed(row: dict[str, str], sources: tuple[Source, ...], counts: tuple[str, ...]

@@ -16,6 +16,7 @@ import yaml
 from optimizer.calibration.bands import bands
 from optimizer.calibration.ceiling import mfu_ceilings
 from optimizer.calibration.crossval import Dataset, Validation
+from optimizer.calibration.data import Kind, data_files
 from optimizer.calibration.fit import FitResult
 from optimizer.catalog import Catalog
 from optimizer.catalog.stacks import EfficiencyFile
@@ -164,8 +165,8 @@ Every document behind `calibration/*.csv`, once. A row belongs to the source who
 it (`calibration/sources.yaml`, which also gives each source's stack or engine, how it counts FLOPs,
 the facts its rows leave out and why, and the rows the model does not try). `gpuopt validate --cv
 source` predicts each source from a fit that never saw it. Written by `gpuopt fit` from
-`calibration/sources.yaml`; the per-file notes (`training_runs_2.md` to `training_runs_4.md`,
-`serving_runs_2.md` to `serving_runs_10.md`) describe how the rows were read.
+`calibration/sources.yaml`; the per-file notes (`training_runs_2.md` to `{training}.md`,
+`serving_runs_2.md` to `{serving}.md`) describe how the rows were read.
 
 | source | kind | document | where | date | stack / engine | rows | expressed |
 |---|---|---|---|---|---|---:|---:|
@@ -184,7 +185,9 @@ def sources_markdown(sources, datasets: dict[str, Dataset]) -> str:
             total[source] = total.get(source, 0) + 1
     lines = [f"| {s.id} | {s.kind} | {s.title} | {s.where} | {s.date} | {s.stack} | {total.get(s.id, 0)} | "
              f"{expressed.get(s.id, 0)} |" for s in sources]
-    return SOURCES_HEADER + "\n".join(lines) + "\n"
+    kinds: tuple[Kind, ...] = ("training", "serving")
+    last = {kind: data_files(kind)[-1].removesuffix(".csv") for kind in kinds}
+    return SOURCES_HEADER.format(**last) + "\n".join(lines) + "\n"
 
 
 @dataclass(frozen=True)
