@@ -30,6 +30,7 @@ from optimizer.catalog import AT_BATCH, AT_MAX_LOAD, load_catalog
 from optimizer.catalog.stacks import efficiency_precision
 from optimizer.cli import main
 from optimizer.errors import CatalogError
+from optimizer.perf.params import ServeParams
 from optimizer.problem import Demand, answer_regime, confidence_factor, load_problem, serve_regime
 from tests.conftest import ROOT
 
@@ -412,7 +413,7 @@ def test_catalog_lists_stacks_with_their_rows_and_vendor_defaults(catalog):
     by_id = {e["id"]: e for e in engines}
     assert by_id["vllm"]["default_for"] == ["NVIDIA", "Intel"] and by_id["vllm"]["calibration_rows"] > 0
     rows = catalog.efficiency.table.support["serving"].stacks
-    assert by_id["sglang-rocm"]["calibration_rows"] == rows["sglang-rocm"] == 3  # the SGLang Cookbook's MI300X rows
+    assert by_id["sglang-rocm"]["calibration_rows"] == rows["sglang-rocm"] == 11  # the SGLang Cookbook's MI300X rows
     assert by_id["sglang-rocm"]["like"] == "sglang"
     assert all(e["calibration_rows"] == rows.get(e["id"], 0) for e in engines)
 
@@ -735,6 +736,25 @@ def test_a_static_batch_timed_end_to_end_is_compared_as_its_output_throughput(da
     row = {**rows["rocm-vllm073-009"], "batch_or_concurrency": "max load (offline)"}
     reason = serving_case(row, catalog, load_aliases(), load_sources())
     assert reason == "no measured throughput or latency in the row (e2e_latency_s is read for a static batch only)"
+
+
+def test_a_static_batch_larger_than_the_kv_cache_is_compared_as_waves_of_what_fits(datasets):
+    """dstack's 405B FP8 runs on 8 x H100 (vLLM 0.6.3's benchmark_throughput.py with --max-model-len
+    91680 and chunked prefill off, so a 91,680-token activation profile): throughput flattens once the
+    batch no longer fits at full length. Such a row is compared with one wave of what fits."""
+    from optimizer.perf.serve import serve_time
+    from optimizer.perf.serve_memory import full_length_batch
+
+    cases = {c.row: c for c in datasets["serving"].cases}
+    flat = [cases[f"dstack-h100mi300x-h100x8-meta-offline-{i}"] for i in (41, 42, 43)]  # 2048/2048 at 64-256
+    assert [c.plan.batch for c in flat] == [64, 128, 256]
+    assert all(c.plan.token_budget == 91680 and c.plan.batching == "static" for c in flat)
+    wave = full_length_batch(flat[0].model, flat[0].hw, flat[0].plan)
+    assert 16 < wave < 64 and all(float(c.terms.batch) == wave and f"in waves of {wave}" in c.config for c in flat)
+    rates = {float(serve_time(c.terms, ServeParams()).output_tokens_per_s) for c in flat}
+    assert len(rates) == 1  # one wave's rate, whatever the batch
+    small = cases["dstack-h100mi300x-h100x8-meta-offline-02"]  # batch 4 fits whole
+    assert float(small.terms.batch) == small.plan.batch == 4 and "waves" not in small.config
 
 
 def test_serving_runs_6_rows_are_their_quoted_source_lines():

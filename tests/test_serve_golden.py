@@ -286,6 +286,27 @@ def test_activation_workspace_is_the_engines_token_budget_not_the_prompt(catalog
     assert serve_memory(m, replace(short, prefill_ubatch=512), 0)["activations"] == pytest.approx(512 * per_token)
 
 
+def test_a_run_that_profiles_a_whole_context_window_leaves_less_for_the_kv_cache(catalog):
+    """vLLM V0 without chunked prefill sizes its activation profile for max_num_batched_tokens =
+    max(max_model_len, 2048): a plan's ``token_budget`` replaces the usual 8,192 tokens, and the
+    sequences that fit fall with the memory it takes. ``full_length_batch`` counts sequences at
+    their whole length (a static batch decoded to its end), ``max_batch`` at their mean age."""
+    from optimizer.perf.serve_memory import full_length_batch, kv_bytes_per_gpu, max_batch, serve_memory
+
+    m = catalog.models["llama3-405b"].spec()
+    hw = catalog.hardware("h100-sxm", catalog.servers_for("h100-sxm")[0].id, None)
+    plan = ServePlan(tp=8, precision="fp8", kv_precision="bf16", input_len=2048, output_len=2048,
+                     memory_fraction=0.9, kv_fraction=1.0, kv_on_demand=True)
+    whole = replace(plan, token_budget=131072)
+    per_token = (4.0 * m.hidden + 2.0 * m.ffn_hidden / 8) * 2.0
+    assert serve_memory(m, whole, 0)["activations"] == pytest.approx(131072 * per_token)
+    assert serve_memory(m, plan, 0)["activations"] == pytest.approx(8192 * per_token)
+    extra = (131072 - 8192) * per_token
+    seq = kv_bytes_per_gpu(m, plan, 4096.0)
+    assert full_length_batch(m, hw, plan) - full_length_batch(m, hw, whole) == pytest.approx(extra / seq, abs=1.0)
+    assert 0 < full_length_batch(m, hw, whole) < full_length_batch(m, hw, plan) < max_batch(m, hw, plan)
+
+
 def test_an_api_server_adds_its_step_time_that_an_offline_batch_does_not_pay():
     """Requests through an engine's API server pay ``server_overhead`` on every decode step (vLLM
     0.5.3's HTTP server took a third of the time; vLLM blog, 2024-09-05); an offline batch handed

@@ -44,7 +44,7 @@ FACTS: dict[str, frozenset[str]] = {
         "flash_attention"}),
     "serving": frozenset({
         "exclude", "model", "precision", "engine", "split", "load", "batching", "requests", "input_len",
-        "output_len", "per_gpu", "ignore", "attention_dp", "online"}),
+        "output_len", "per_gpu", "ignore", "attention_dp", "online", "token_budget"}),
 }
 
 

@@ -25,6 +25,7 @@ from optimizer.calibration.data import (
 )
 from optimizer.catalog import Catalog
 from optimizer.perf.serve import ServePlan, ServeTerms, max_batch, serve_memory, serve_terms
+from optimizer.perf.serve_memory import full_length_batch
 from optimizer.perf.specs import Hardware, ModelSpec
 
 MEAN_LENGTHS = re.compile(r"mean input/output tokens per request (\d+)/(\d+)")
@@ -194,19 +195,15 @@ def serving_case(row: dict[str, str], catalog: Catalog, aliases: Aliases, source
                      output_len=lengths[1], batching=facts.get("batching") or assume.get("batching", "continuous"),
                      attention_dp=bool(facts.get("attention_dp", assume.get("attention_dp", False))),
                      online=bool(facts.get("online", assume.get("online", True))), variable_lengths=lengths[2],
-                     max_output_len=lengths[3], **catalog.serve_plan_traits(place.gpu, engine_id))
-    try:
-        cap = max_batch(model := catalog.models[model_id].spec(), hw, plan)
-        kind, size = load[0], load[1] or 0  # only maximum load comes without a size
-        batch = cap if kind == "max" else (size if kind in ("batch", "rate") else min(size, cap))
-        needed = sum(serve_memory(model, plan, max(batch, 1)).values())
-        if cap < 1 or (load[0] in ("batch", "rate") and needed > hw.device.memory):
-            return f"the model says it does not fit ({needed / 1e9:,.1f} GB per GPU of {hw.device.memory / 1e9:,.0f})"
-        burst = size if kind == "burst" else (assume.get("requests", 0) if kind == "max" else 0)
-        plan = replace(plan, batch=batch, requests=int(burst or 0))
-        terms = serve_terms(model, hw, plan, batch)
-    except ValueError as exc:
-        return str(exc)
+                     max_output_len=lengths[3],
+                     token_budget=int(facts.get("token_budget", assume.get("token_budget", 0))),
+                     **catalog.serve_plan_traits(place.gpu, engine_id))
+    model = catalog.models[model_id].spec()
+    burst = load[1] if load[0] == "burst" else (assume.get("requests", 0) if load[0] == "max" else 0)
+    replica = _replica(model, hw, plan, load[0], load[1] or 0, int(burst or 0))  # only maximum load has no size
+    if isinstance(replica, str):
+        return replica
+    kind, (batch, plan, terms) = load[0], replica
     scale = 1.0 / (tp * pp) if facts.get("per_gpu", assume.get("per_gpu")) else float(count // (tp * pp))
     static = scale * batch * plan.output_len if kind == "batch" and plan.batching == "static" else None
     if not (measured := _measured(row, tuple(facts.get("ignore", assume.get("ignore", ()))), kind == "rate", static)):
@@ -214,9 +211,30 @@ def serving_case(row: dict[str, str], catalog: Catalog, aliases: Aliases, source
             " (e2e_latency_s is read for a static batch only)" if row.get("e2e_latency_s") else "")
     config = (f"{model_id} {plan.precision}/{plan.kv_precision}-kv on {count} x {place.gpu} TP{tp} PP{pp}"
               f"{' attention-DP' if plan.attention_dp else ''} "
-              f"[{engine_id}], {plan.input_len}/{plan.output_len}, {load[0]} batch {batch}")
+              f"[{engine_id}], {plan.input_len}/{plan.output_len}, {load[0]} batch {batch}"
+              f"{f' in waves of {terms.batch:g}' if terms.batch < batch else ''}")
     return ServingCase(row["id"], source.id, engine_id, catalog.gpus[place.gpu].family, plan.precision,
                        _regime(load[0], batch, lengths[2]), config, model, hw, plan, terms, scale, measured)
+
+
+def _replica(model: ModelSpec, hw: Hardware, plan: ServePlan, kind: str, size: int,
+             burst: int) -> tuple[int, ServePlan, ServeTerms] | str:
+    """The row's batch, its plan and the terms of what runs at once, or why the model cannot run it.
+
+    A static batch whose KV cache does not fit at full length runs in waves of what does
+    (``full_length_batch``): its throughput is that of one wave."""
+    try:
+        cap = max_batch(model, hw, plan)
+        batch = cap if kind == "max" else (size if kind in ("batch", "rate") else min(size, cap))
+        waves = kind == "batch" and plan.batching == "static"
+        wave = min(batch, full_length_batch(model, hw, plan)) if waves else batch
+        needed = sum(serve_memory(model, plan, max(wave if waves else batch, 1)).values())
+        if cap < 1 or wave < 1 or (kind in ("batch", "rate") and needed > hw.device.memory):
+            return f"the model says it does not fit ({needed / 1e9:,.1f} GB per GPU of {hw.device.memory / 1e9:,.0f})"
+        plan = replace(plan, batch=batch, requests=burst)
+        return batch, plan, serve_terms(model, hw, replace(plan, batch=wave), wave)
+    except ValueError as exc:
+        return str(exc)
 
 
 def _hardware(catalog: Catalog, gpu: str, server: str | None, gpus: int) -> Hardware | str:

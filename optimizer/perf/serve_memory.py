@@ -83,18 +83,19 @@ def held_context(plan: ServePlan) -> float:
 # Tokens one forward pass may carry, which the engine sizes its activation workspace for at start-up,
 # whatever the prompts: TensorRT-LLM's max_num_tokens (8,192 by default), vLLM's max_num_batched_tokens
 # and SGLang's chunked_prefill_size (8,192 on large GPUs). An engine that splits a prompt into
-# micro-batches (llama.cpp's n_ubatch) sizes it for one micro-batch.
+# micro-batches (llama.cpp's n_ubatch) sizes it for one micro-batch; a plan's ``token_budget``
+# replaces it where a run states another (vLLM V0 without chunked prefill: the context window).
 TOKEN_BUDGET = 8192
 
 
 def serve_memory(m: ModelSpec, plan: ServePlan, batch: int) -> dict[str, float]:
     """Bytes per GPU: weights, the KV cache ``batch`` sequences hold (``held_context``), one
-    layer's activations for the engine's token budget (``TOKEN_BUDGET``, or its prompt
-    micro-batch), and the reserved runtime memory."""
+    layer's activations for the engine's token budget (the plan's ``token_budget``, else
+    ``TOKEN_BUDGET``, or its prompt micro-batch), and the reserved runtime memory."""
     context = held_context(plan)
     weights = weight_bytes(m, plan.precision) / plan.gpus + replicated_attention_bytes(m, plan)
     kv = batch * kv_bytes_per_gpu(m, plan, context)
-    tokens = plan.prefill_ubatch or TOKEN_BUDGET
+    tokens = plan.prefill_ubatch or plan.token_budget or TOKEN_BUDGET
     acts = tokens * (4.0 * m.hidden + 2.0 * m.ffn_hidden / plan.tp) * ACT_BYTES
     return {"weights": weights, "kv_cache": kv, "activations": acts, "reserved": plan.reserved_memory}
 
@@ -102,9 +103,21 @@ def serve_memory(m: ModelSpec, plan: ServePlan, batch: int) -> dict[str, float]:
 def max_batch(m: ModelSpec, hw: Hardware, plan: ServePlan) -> int:
     """Largest number of sequences whose KV cache (``held_context``) fits beside the weights,
     capped by the engine's limit on sequences in flight."""
-    fixed = serve_memory(m, plan, 0)
-    free = (hw.device.memory * plan.memory_fraction - sum(fixed.values())) * plan.kv_fraction
-    per_seq = kv_bytes_per_gpu(m, plan, held_context(plan))
-    fit = max(0, int(free // per_seq))
+    fit = _fitting(m, hw, plan, held_context(plan))
     cap = plan.max_seqs * (plan.tp if plan.attention_dp else 1)  # each attention-DP rank schedules its own
     return min(fit, cap) if cap else fit
+
+
+def full_length_batch(m: ModelSpec, hw: Hardware, plan: ServePlan) -> int:
+    """Sequences whose KV cache fits at their full length (prompt and every output token): what a
+    static batch can decode to its end at once. A larger static batch runs in waves: vLLM's V0
+    scheduler admits prompts while blocks are free and preempts the newest sequences when decode
+    runs out (Kwon et al. 2023, section 4.5), so at most this many finish together."""
+    return _fitting(m, hw, plan, float(plan.input_len + plan.output_len))
+
+
+def _fitting(m: ModelSpec, hw: Hardware, plan: ServePlan, context: float) -> int:
+    """Sequences of ``context`` tokens whose KV cache fits beside the weights and workspace."""
+    fixed = serve_memory(m, plan, 0)
+    free = (hw.device.memory * plan.memory_fraction - sum(fixed.values())) * plan.kv_fraction
+    return max(0, int(free // kv_bytes_per_gpu(m, plan, context)))

@@ -303,6 +303,10 @@ class ServePlan:
     # cache of its own sequences only; the MLP / experts stay split (TensorRT-LLM enable_attention_dp,
     # SGLang --enable-dp-attention --dp-size)
     attention_dp: bool = False
+    # tokens of the forward pass the engine sizes its activation workspace for at start-up; 0: the
+    # usual budget (serve_memory.TOKEN_BUDGET). vLLM V0 without chunked prefill profiles
+    # max_num_batched_tokens = max(max_model_len, 2048): a model's whole context window
+    token_budget: int = 0
 
     @property
     def gpus(self) -> int:
