@@ -318,6 +318,8 @@ def test_validate_explains_rows_it_cannot_read(tmp_path):
     ("sources", "stack: vllm", "stack: vlm", ["unknown serving engine 'vlm'", "vllm"]),
     ("sources", "stack: vllm}", "stack: vllm, assume: {input_length: 128}}",
      ["sources.yaml", "source 'mine': assume: unknown fact 'input_length'", "Did you mean 'input_len'?"]),
+    ("sources", "stack: vllm}", "stack: vllm, assume: {token_budget: 91k}}",
+     ["sources.yaml", "source 'mine': assume: token_budget '91k' is not a whole number of tokens", "8192"]),
     ("aliases", "engines:\n", "engines:\n  \"^SGLang(\": sglang\n", ["aliases.yaml", "not a regular expression"]),
     ("header", ",notes", "", ["serving_runs.csv", "missing column(s) notes"]),
     ("row", ",src,n", ",src", ["serving_runs.csv", "line 2 (x1)", "18 cells"]),

@@ -77,6 +77,13 @@ class Source(_Strict):
             if key not in known:
                 raise ValueError(f"source '{self.id}': {where}: unknown fact '{key}'.{suggest(key, known)} "
                                  f"A {self.kind} source may state: {', '.join(sorted(known))}.")
+        budgets = [(where, facts["token_budget"]) for where, facts in
+                   [("assume", self.assume), *((f"rows.'{p}'", f) for p, f in self.rows.items())]
+                   if "token_budget" in facts]
+        for where, value in budgets:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"source '{self.id}': {where}: token_budget {value!r} is not a whole number of "
+                                 f"tokens; give the tokens the engine profiles at start-up, e.g. 8192.")
         return self
 
 
