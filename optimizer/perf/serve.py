@@ -17,9 +17,8 @@ detokenises and streams every sequence's token, than in an offline batch handed 
 directly ("vLLM v0.6.0: 2.7x Throughput Improvement and 5x Latency Reduction", 2024-09-05: vLLM
 0.5.3's server took 33 % of the time, Llama 3 8B on an H100).
 Pipeline parallelism splits layers into stages that a token crosses one after another. Continuous
-batching (Yu et al. 2022, Orca) keeps ``b`` sequences in flight and prefills each newcomer
-between decode steps; a static batch
-(``batching='static'``) prefills all ``b`` prompts, then decodes them together.
+batching (Yu et al. 2022, Orca) keeps ``b`` sequences in flight and prefills each newcomer between
+decode steps; a static batch (``batching='static'``) prefills all ``b`` prompts, then decodes them.
 """
 
 from __future__ import annotations
@@ -238,28 +237,31 @@ def _per_width(m: ModelSpec, plan: ServePlan, tokens: float, rows: float) -> flo
     return tokens * (layers / 2.0 + head) / plan.pp
 
 
-def _prefill(t: ServeTerms, p: ServeParams, prompts: Num, per_width: Num, filled: Num = 1.0) -> Num:
-    """Prefill ``prompts`` prompts together: GEMMs (slower when thin: ``gemm_half_width``) and causal
-    attention, against reading the weights (a roofline, ``perf.roofline``); TP all-reduces of ``s·h`` values twice per
-    layer; the stages one after another. An engine that splits the pass into ``m`` micro-batches
-    queues them on the stages asynchronously (llama.cpp's ``n_ubatch``, PR #6017), a GPipe schedule
-    (Huang et al. 2019): ``(m + pp − 1)`` micro-batch stage times, each reading the weights again
-    (and dequantising them again where the engine copies a weight-only format into 16 bits).
+def _prefill_stage(t: ServeTerms, p: ServeParams, prompts: Num, per_width: Num) -> Num:
+    """A micro-batch's time on a stage, ``prompts`` prompts prefilled together: GEMMs (slower when
+    thin: ``gemm_half_width``) and causal attention against reading the weights (``perf.roofline``);
+    TP all-reduces of ``s·h`` values twice per layer. Each of ``m`` micro-batches (llama.cpp's
+    ``n_ubatch``, PR #6017) reads the weights again (and dequantises a weight-only format again)."""
+    m = t.prefill_chunks
+    gemm = (t.prefill_gemm_flops + t.prefill_expert_flops * (1.0 / p.moe_efficiency - 1.0)
+            + p.gemm_half_width * per_width)
+    compute = prompts * (gemm / (t.peak * p.gemm) + t.prefill_attention_flops / (t.peak_16bit * p.attention))
+    return (roofline(t.prefill_weight_bytes / (t.mem_bw * p.mem_bw), compute / m, p.ridge_slowdown)
+            + t.prefill_dequant_bytes / (t.mem_bw * p.mem_bw)
+            + prompts * t.prefill_comm_bw / m + t.prefill_comm_latency * p.allreduce_latency
+            + _handoff(t, p, prompts))
+
+
+def _prefill(t: ServeTerms, p: ServeParams, prompts: Num, stage: Num, filled: Num = 1.0) -> Num:
+    """A prefill pass whose micro-batch takes ``stage`` per stage (``_prefill_stage``): ``m``
+    micro-batches queue on the stages asynchronously (GPipe, Huang et al. 2019), ``m + pp − 1`` stages.
 
     ``filled=0`` is the cost a replica pays per pass when its pipeline is kept full by other work
     (continuous batching under load, where each stage runs other micro-batches while a prompt
     moves on): the ``pp − 1`` fill stages are then spent on other requests, and a pass costs the
     replica ``m`` stage times. ``filled=1`` is the latency of a pass through an idle pipeline."""
-    m = t.prefill_chunks
-    gemm = (t.prefill_gemm_flops + t.prefill_expert_flops * (1.0 / p.moe_efficiency - 1.0)
-            + p.gemm_half_width * per_width)
-    compute = prompts * (gemm / (t.peak * p.gemm) + t.prefill_attention_flops / (t.peak_16bit * p.attention))
-    stage = (roofline(t.prefill_weight_bytes / (t.mem_bw * p.mem_bw), compute / m, p.ridge_slowdown)
-             + t.prefill_dequant_bytes / (t.mem_bw * p.mem_bw)
-             + prompts * t.prefill_comm_bw / m + t.prefill_comm_latency * p.allreduce_latency
-             + _handoff(t, p, prompts))
     fill = filled * (t.stages - 1.0)
-    return (m + fill) * stage + prompts * t.prefill_send * np.maximum(fill, 1.0) + p.step_overhead
+    return (t.prefill_chunks + fill) * stage + prompts * t.prefill_send * np.maximum(fill, 1.0) + p.step_overhead
 
 
 def _decode_step(t: ServeTerms, p: ServeParams, share: Num = 1.0) -> tuple[Num, dict[str, Num]]:
@@ -318,14 +320,15 @@ def serve_time(t: ServeTerms, p: ServeParams) -> ServeTimes:
     no longer than the requests' ``max_tokens`` allows): the mean batch over the run is then
     N·mean / longest, and its steps are the cheaper steps of that smaller batch."""
     step, parts = _decode_step(t, p)
-    prefill_batch = _prefill(t, p, t.prefill_prompts, t.prefill_gemm_per_width)
-    prefill_one = _prefill(t, p, 1.0, t.prefill_one_gemm_per_width)
+    batch_stage = _prefill_stage(t, p, t.prefill_prompts, t.prefill_gemm_per_width)
+    prefill_batch = _prefill(t, p, t.prefill_prompts, batch_stage)
+    prefill_one = _prefill(t, p, 1.0, _prefill_stage(t, p, 1.0, t.prefill_one_gemm_per_width))
     # under continuous batching the other sequences' micro-batches keep the pipeline's other stages
     # busy (TensorRT-LLM and vLLM keep pp micro-batches in flight): with b − 1 others for pp − 1
     # stages, a prompt costs the replica its stage time only once b ≥ pp
     idle = np.clip(1.0 - (t.batch - 1.0) / np.maximum(t.stages - 1.0, 1.0), 0.0, 1.0)
     per_prompt = np.where(t.static > 0, prefill_batch,
-                          _prefill(t, p, t.prefill_prompts, t.prefill_gemm_per_width, idle)) / t.prefill_prompts
+                          _prefill(t, p, t.prefill_prompts, batch_stage, idle)) / t.prefill_prompts
     longest_of_burst = longest_share(t.requests, np.minimum(p.longest_output, t.output_cap))
     longest = t.output_len * (1.0 + t.variable * (longest_of_burst - 1.0))
     mean_batch = np.where(t.requests > 0, np.minimum(t.batch, t.requests * t.output_len / longest), t.batch)
