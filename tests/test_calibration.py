@@ -817,3 +817,21 @@ QPS_HEADER = ("gpu,num_prompts,request_rate,max_concurrency,duration,completed,t
               "std_itl_ms,p99_itl_ms,num-scheduler-step,qps,enable-chunked-prefill,max-num-batched-tokens,max-num-seqs,"
               "max-seq-len-to-capture,enable-prefix-caching,filename")
 
+
+
+def test_vllm_0_6_1_on_rocm_is_its_own_stack_before_the_custom_paged_attention_kernel(catalog, datasets):
+    """vLLM 0.6.1 on ROCm ran the generic paged-attention kernels ported from CUDA; AMD's custom
+    decode kernel (vllm pull 8310) came after it, in the 0.6.2-0.6.4 builds dstack measured. The two
+    are separate stacks, so LLM-Inference-Bench's 0.6.1 rows do not set the 0.6.3 predictions; the
+    older one falls back to the newer where it has no value of its own."""
+    from optimizer.calibration.serving import engine_of
+
+    aliases = load_aliases()
+    assert engine_of("vLLM 0.6.1 on ROCm (argonne)", aliases) == "vllm-rocm-0.6.1"
+    assert engine_of("vLLM 0.6.3.dev116+g151ef4ef on ROCm 6.1", aliases) == "vllm-rocm-0.6"
+    assert engine_of("vLLM 0.6.10 on ROCm", aliases) != "vllm-rocm-0.6.1"
+    stacks = {(c.source, c.stack) for c in datasets["serving"].cases if c.stack.startswith("vllm-rocm-0.6")}
+    assert stacks == {("llm-inference-bench", "vllm-rocm-0.6.1"), ("dstack-mi300x-405b", "vllm-rocm-0.6"),
+                      ("dstack-h100-mi300x-fp8", "vllm-rocm-0.6")}
+    assert catalog.efficiency.stack_keys("serving", "vllm-rocm-0.6.1", "cdna3", False)[:3] == [
+        "vllm-rocm-0.6.1", "vllm-rocm-0.6", "vllm-rocm"]
