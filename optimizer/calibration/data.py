@@ -48,6 +48,31 @@ FACTS: dict[str, frozenset[str]] = {
 }
 
 
+def _whole(what: str = "") -> tuple[str, Callable[[Any], bool]]:
+    text = f"a whole number of {what}" if what else "a whole number, at least 1"
+    return text, lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+
+_FLAG = ("true or false", lambda v: isinstance(v, bool))
+# what a fact's value must be where the readers convert it: a value they would choke on is named at
+# load, with its source and place, not a traceback from deep inside one row
+FACT_VALUES: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "token_budget": _whole("tokens (those the engine profiles at start-up, e.g. 8192)"),
+    "requests": _whole("requests"),
+    **{key: _whole("tokens") for key in ("input_len", "output_len", "seq_len")},
+    **{key: _whole("GPUs") for key in ("gpus", "tp", "pp", "cp", "dp", "ep")},
+    **{key: _whole() for key in ("virtual_stages", "micro_batch", "global_batch", "layers",
+                                                   "hidden", "heads", "kv_heads", "ffn_hidden", "vocab")},
+    **{key: _FLAG for key in ("online", "attention_dp", "per_gpu", "flash_attention")},
+    "zero": ("0, 1, 2 or 3", lambda v: v in (0, 1, 2, 3) and not isinstance(v, bool)),
+    "batching": ("'continuous' or 'static'", lambda v: v in ("continuous", "static")),
+    "load": ("'max', or 'batch', 'burst' or 'rate' and a whole number, e.g. 'burst 256'",
+             lambda v: isinstance(v, str) and re.fullmatch(r"max|(batch|burst|rate) [1-9]\d*", v) is not None),
+    "ignore": (f"a list of {', '.join(THROUGHPUT[:2] + LATENCY)}",
+               lambda v: isinstance(v, list) and all(m in THROUGHPUT[:2] + LATENCY for m in v)),
+}
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -76,14 +101,12 @@ class Source(_Strict):
         for where, key in stated:
             if key not in known:
                 raise ValueError(f"source '{self.id}': {where}: unknown fact '{key}'.{suggest(key, known)} "
-                                 f"A {self.kind} source may state: {', '.join(sorted(known))}.")
-        budgets = [(where, facts["token_budget"]) for where, facts in
-                   [("assume", self.assume), *((f"rows.'{p}'", f) for p, f in self.rows.items())]
-                   if "token_budget" in facts]
-        for where, value in budgets:
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"source '{self.id}': {where}: token_budget {value!r} is not a whole number of "
-                                 f"tokens; give the tokens the engine profiles at start-up, e.g. 8192.")
+                                 f"A {self.kind} source may state: {', '.join(sorted(known))}")
+        for where, facts in [("assume", self.assume), *((f"rows.'{p}'", f) for p, f in self.rows.items())]:
+            for key, value in facts.items():
+                expected, ok = FACT_VALUES.get(key, ("", lambda _: True))
+                if not ok(value):
+                    raise ValueError(f"source '{self.id}': {where}: {key} {value!r} is not {expected}")
         return self
 
 

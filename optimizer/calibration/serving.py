@@ -228,7 +228,7 @@ def _replica(model: ModelSpec, hw: Hardware, plan: ServePlan, kind: str, size: i
         batch = cap if kind == "max" else (size if kind in ("batch", "rate") else min(size, cap))
         waves = kind == "batch" and plan.batching == "static"
         wave = min(batch, full_length_batch(model, hw, plan)) if waves else batch
-        needed = sum(serve_memory(model, plan, max(wave if waves else batch, 1)).values())
+        needed = sum(serve_memory(model, plan, max(wave, 1)).values())  # wave is batch without waves
         if cap < 1 or wave < 1 or (kind in ("batch", "rate") and needed > hw.device.memory):
             return f"the model says it does not fit ({needed / 1e9:,.1f} GB per GPU of {hw.device.memory / 1e9:,.0f})"
         plan = replace(plan, batch=batch, requests=burst)
