@@ -109,9 +109,12 @@ def _structure_groups(rows: list[Comparison], has_fallback: bool, regime: str | 
     widening: its own rows' log quantiles, those of all ``rows`` together where the group has too
     few sources, or (None) the fallback's band where ``rows`` too have too few sources."""
     sources = {c.source for c in rows}
+    by_group: dict[str, list[Comparison]] = {group: [] for group in GROUPS}
+    for c in rows:
+        by_group[group_of(c)].append(c)
     out: dict[str, Any] = {}
     for group in GROUPS:
-        members = [c for c in rows if group_of(c) == group]
+        members = by_group[group]
         own = {c.source for c in members}
         if len(own) >= MIN_SOURCES:
             out[group] = {"rows": len(members), "sources": len(own), "raw": _log_quantiles(members)}
@@ -157,12 +160,17 @@ def _structure(rows: list[Comparison]) -> dict[str, Any]:
     """What ``bands`` builds from the rows, before any widening: the log quantiles of each group,
     per regime and per GPU vendor within a regime (serving), and which bands fall back to which."""
     out: dict[str, Any] = {"all": _structure_groups(rows, False)}
-    if regimes := _regimes(rows):
-        out["regimes"] = {r: _structure_groups([c for c in rows if regime_of(c) == r], True, r) for r in regimes}
+    by_regime: dict[str, list[Comparison]] = defaultdict(list)
+    for c in rows:
+        if (regime := regime_of(c)) is not None:
+            by_regime[regime].append(c)
+    if regimes := sorted(by_regime):
+        out["regimes"] = {r: _structure_groups(by_regime[r], True, r) for r in regimes}
         # and per GPU vendor: one vendor's engine releases say little about another's; a vendor with
         # too few sources in a regime takes the regime's band of every vendor
-        out["vendors"] = {v: {r: _structure_groups([c for c in rows if c.vendor == v and regime_of(c) == r], True, r, v)
-                              for r in regimes} for v in _vendors(rows)}
+        vendors = sorted({c.vendor for r in regimes for c in by_regime[r] if c.vendor})
+        out["vendors"] = {v: {r: _structure_groups([c for c in by_regime[r] if c.vendor == v], True, r, v)
+                              for r in regimes} for v in vendors}
     return out
 
 
@@ -199,7 +207,7 @@ def widening_for(rows: list[Comparison]) -> Widening:
     chosen = dict.fromkeys([f"{c}/{side}" for c in [*cells, *GROUPS] for side in SIDES], WIDENING[-1])
     tail = 1.0 - (1.0 - NOMINAL) / 2.0  # each side misses at most half of what the band may
     # each source left out in turn: the rows of the others, made into bands once (widening is cheap)
-    folds = [(_structure([c for c in rows if c.source != source]), [c for c in rows if c.source == source])
+    folds = [_fold(_structure([c for c in rows if c.source != source]), [c for c in rows if c.source == source])
              for source in sorted({c.source for c in rows}) if any(c.source != source for c in rows)]
     for cell, side in ((c, side) for c in cells for side in SIDES):
         key = f"{cell}/{side}"
@@ -219,18 +227,28 @@ def widening_for(rows: list[Comparison]) -> Widening:
     return chosen
 
 
-Folds = list[tuple[dict[str, Any], list[Comparison]]]  # (the other sources' band structure, one source's rows)
+# (the other sources' band structure, one source's rows by the cell of the band that judges them)
+Folds = list[tuple[dict[str, Any], dict[str, list[Comparison]]]]
+
+
+def _fold(structure: dict[str, Any], held: list[Comparison]) -> tuple[dict[str, Any], dict[str, list[Comparison]]]:
+    """A fold of ``widening_for``: which band judges each held-out row depends on the structure,
+    not on the widening, so it is found once (and a band is built only for folds with rows in it)."""
+    band = _apply(structure, {})
+    by_cell: dict[str, list[Comparison]] = defaultdict(list)
+    for c in held:
+        by_cell[_entry(band, c)["cell"]].append(c)
+    return structure, dict(by_cell)
 
 
 def _judged(folds: Folds, widening: Widening, cell: str):
     """(row, the band entry that judges it) for every row the band ``cell`` judges when its source
     is left out."""
-    for structure, held in folds:
-        band = _apply(structure, widening)
-        for c in held:
-            entry = _entry(band, c)
-            if entry["cell"] == cell:
-                yield c, entry
+    for structure, by_cell in folds:
+        if held := by_cell.get(cell):
+            band = _apply(structure, widening)
+            for c in held:
+                yield c, _entry(band, c)
 
 
 def _needed(folds: Folds, widening: Widening, cell: str, side: str) -> list[float]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.sparse import lil_matrix
+from scipy.sparse import coo_matrix, csr_matrix
 
 from optimizer.calibration import fit as fitting
 from optimizer.calibration.data import LATENCY, Comparison, load_aliases, load_sources
@@ -108,26 +108,32 @@ def sensitivity(ds: Dataset, catalog: Catalog) -> dict[str, np.ndarray]:
     return out
 
 
-def _sparsity(layout: fitting.Layout, observations, groups: np.ndarray | None) -> lil_matrix:
-    """Which free values each residual depends on (lets least squares difference in groups)."""
-    n_slots = len(layout.slots)
+def _sparsity(layout: fitting.Layout, observations, groups: np.ndarray | None) -> csr_matrix:
+    """Which free values each residual depends on (lets least squares difference in groups): an
+    observation its row's value of every parameter (and its source's level), a penalty its value
+    and its parent."""
+    n_slots, n_obs = len(layout.slots), len(observations)
     n_groups = int(groups.max()) + 1 if groups is not None and len(groups) else 0
-    rows = len(observations) + n_slots + n_groups
-    jac = lil_matrix((rows, n_slots + n_groups), dtype=int)
-    for g in range(n_groups):
-        jac[len(observations) + n_slots + g, n_slots + g] = 1
-    for r, o in enumerate(observations):
-        if groups is not None and n_groups:
-            jac[r, n_slots + groups[r]] = 1
-        for name in layout.params:
-            jac[r, layout.hw_index[name][o.case]] = 1
-            st = layout.stack_index[name][o.case]
-            if st >= 0:
-                jac[r, st] = 1
-    for i, s in enumerate(layout.slots):
-        jac[len(observations) + i, i] = 1
-        if s.parent >= 0:
-            jac[len(observations) + i, s.parent] = 1
+    case = np.array([o.case for o in observations], dtype=int)
+    obs = np.arange(n_obs)
+    rows, cols = [], []
+    for name in layout.params:
+        rows.append(obs)
+        cols.append(layout.hw_index[name][case])
+        stack = layout.stack_index[name][case]
+        rows.append(obs[stack >= 0])
+        cols.append(stack[stack >= 0])
+    if n_groups and groups is not None:
+        rows.append(obs)
+        cols.append(n_slots + groups)
+    slots = np.arange(n_slots)
+    parents = np.array([s.parent for s in layout.slots], dtype=int)
+    rows += [n_obs + slots, n_obs + slots[parents >= 0], n_obs + n_slots + np.arange(n_groups)]
+    cols += [slots, parents[parents >= 0], n_slots + np.arange(n_groups)]
+    r, c = np.concatenate(rows), np.concatenate(cols)
+    jac = coo_matrix((np.ones(len(r), dtype=int), (r, c)), shape=(n_obs + n_slots + n_groups, n_slots + n_groups))
+    jac = jac.tocsr()
+    jac.data[:] = 1  # a value read twice (a parameter's default for two) is still one dependence
     return jac
 
 
