@@ -198,10 +198,11 @@ def estimate_serve(model: str, gpu: str, gpus: int, input_len: int, output_len: 
 
 
 def validate(kind: str = "both", cv: str = "none", rows: bool = False, data: Path | str | None = None,
-             catalog: Catalog | None = None, progress: Callable[[str, int, str], None] | None = None
-             ) -> Calibration:
+             catalog: Catalog | None = None, progress: Callable[[str, int, str], None] | None = None,
+             workers: int = 1) -> Calibration:
     """The model against every published run it can express (``gpuopt validate``); ``cv="source"``
-    predicts each source with a fit that never saw it. ``progress(kind, k, source)`` is told of each."""
+    predicts each source with a fit that never saw it, the fits spread over ``workers`` processes
+    (the same figures with any number). ``progress(kind, k, source)`` is told of each."""
     from optimizer.calibration import crossval
 
     if kind not in ("training", "serving", "both") or cv not in ("none", "source"):
@@ -213,7 +214,7 @@ def validate(kind: str = "both", cv: str = "none", rows: bool = False, data: Pat
         ds = crossval.load_dataset(k, cat, Path(data) if data is not None else None)
         if cv == "source":
             tell = (lambda i, source, k=k: progress(k, i, source)) if progress else None
-            results.append(crossval.cross_validate(ds, cat, tell))
+            results.append(crossval.cross_validate(ds, cat, tell, workers))
         else:
             results.append(crossval.with_catalog(ds, cat))
     return Calibration(tuple(results), rows)
@@ -268,13 +269,13 @@ def _shared_wide_table(problem: Problem, catalog: Catalog, axes: list[Axis]) -> 
 
 
 def fit(catalog_dir: Path | str | None = None, check: bool = False,
-        progress: Callable[[str, int, str], None] | None = None) -> Refit:
+        progress: Callable[[str, int, str], None] | None = None, workers: int = 1) -> Refit:
     """Refit the efficiency parameters and bands from calibration/ into the catalog folder
-    (``gpuopt fit``); ``check`` compares only."""
+    (``gpuopt fit``); ``check`` compares only; ``workers`` processes share the fits."""
     from optimizer.calibration.write import refit
 
     root = Path(catalog_dir) if catalog_dir is not None else default_root()
-    return refit(load_catalog(catalog_dir), root, check, progress)
+    return refit(load_catalog(catalog_dir), root, check, progress, workers)
 
 
 class _Renderable(Protocol):

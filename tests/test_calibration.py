@@ -345,6 +345,23 @@ def test_percentile_matches_numpy_linear():
             assert percentile(values, q) == pytest.approx(float(np.percentile(values, q)))
 
 
+def test_leaving_sources_out_in_parallel_gives_the_same_fits(datasets, catalog):
+    """`gpuopt fit` and `validate --cv source` spread the fits over processes: each fit is the one
+    the serial loop makes (four training sources here, to keep it quick), and the progress line
+    names every source left out, in order."""
+    ds = datasets["training"]
+    keep = sorted({c.source for c in ds.cases})[:4]
+    index = {old: new for new, old in enumerate(i for i, c in enumerate(ds.cases) if c.source in keep)}
+    small = crossval.Dataset(ds.kind, [ds.cases[i] for i in index], [],
+                             [replace(o, case=index[o.case]) for o in ds.observations if o.case in index], ds.vendors)
+    told: list[str] = []
+    serial = crossval.cross_validate(small, catalog, lambda k, source: told.append(source))
+    parallel = crossval.cross_validate(small, catalog, workers=2)
+    assert told == keep
+    assert serial.in_sample == parallel.in_sample and serial.out_of_source == parallel.out_of_source
+    assert serial.fit is not None and parallel.fit is not None and np.array_equal(serial.fit.x, parallel.fit.x)
+
+
 def test_validate_cli_formats():
     runner = CliRunner()
     r = runner.invoke(main, ["validate", "--kind", "training"])

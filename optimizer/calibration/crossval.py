@@ -8,6 +8,8 @@ are the headline accuracy; the in-sample ones are only for contrast.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -204,20 +206,55 @@ def fit_all(ds: Dataset, catalog: Catalog) -> fitting.FitResult:
     return fit_on(ds, catalog, np.ones(len(ds.cases), dtype=bool), sensitivity(ds, catalog))
 
 
-def cross_validate(ds: Dataset, catalog: Catalog, progress=None) -> Validation:
-    """In-sample and leave-one-source-out comparisons for every expressed row."""
+_WORKER: dict = {}  # a process's dataset, catalog and sensitivities (``_init_worker``)
+
+
+def _init_worker(ds: Dataset, catalog: Catalog, sens: dict[str, np.ndarray]) -> None:
+    _WORKER.update(ds=ds, catalog=catalog, sens=sens)
+
+
+def _fit_task(source: str | None) -> fitting.FitResult:
+    """The fit without ``source`` (None: on every row), in whichever process runs it."""
+    ds = _WORKER["ds"]
+    mask = np.ones(len(ds.cases), dtype=bool) if source is None else ds.sources != source
+    return fit_on(ds, _WORKER["catalog"], mask, _WORKER["sens"])
+
+
+def cross_validate(ds: Dataset, catalog: Catalog, progress=None, workers: int = 1) -> Validation:
+    """In-sample and leave-one-source-out comparisons for every expressed row. The fits are
+    independent (and each deterministic), so ``workers`` processes give the same comparisons."""
     sens = sensitivity(ds, catalog)
+    sources = ds.sources
+    left_out = sorted(set(sources))
+    tasks: list[str | None] = [None, *left_out]
+    if workers <= 1 or len(tasks) == 1:
+        _init_worker(ds, catalog, sens)
+        try:
+            fits = _collect(map(_fit_task, tasks), progress, left_out)
+        finally:
+            _WORKER.clear()
+    else:
+        with ProcessPoolExecutor(min(workers, len(tasks)), initializer=_init_worker,
+                                 initargs=(ds, catalog, sens)) as pool:
+            fits = _collect(pool.map(_fit_task, tasks), progress, left_out)
+    full, *folds = fits
     everything = np.ones(len(ds.cases), dtype=bool)
-    full = fit_on(ds, catalog, everything, sens)
     in_sample = _comparisons(ds, predictions(ds, full), everything, {})
     out: list[Comparison] = []
-    sources = ds.sources
-    for k, source in enumerate(sorted(set(sources))):
-        if progress:
-            progress(k, source)
+    for source, result in zip(left_out, folds, strict=True):
         held = sources == source
-        result = fit_on(ds, catalog, ~held, sens)
         out += _comparisons(ds, predictions(ds, result), held, _gaps(ds, ~held))
     order = {c.row: i for i, c in enumerate(ds.cases)}
     out.sort(key=lambda c: (order[c.row], c.metric))
     return Validation(ds.kind, "source", tuple(in_sample), tuple(out), tuple(ds.skipped), full, sens)
+
+
+def _collect(results: Iterator[fitting.FitResult], progress, left_out: list[str]) -> list[fitting.FitResult]:
+    """The fits in task order (every row first, then each source left out), telling ``progress``
+    of each source before its fit is awaited."""
+    fits = [next(results)]
+    for k, source in enumerate(left_out):
+        if progress:
+            progress(k, source)
+        fits.append(next(results))
+    return fits

@@ -204,11 +204,12 @@ class Refit:
 
 
 def refit(catalog: Catalog, root: Path, check: bool = False,
-          progress: Callable[[str, int, str], None] | None = None) -> Refit:
+          progress: Callable[[str, int, str], None] | None = None, workers: int = 1) -> Refit:
     """Refit the efficiency parameters and the bands from calibration/ and write them to
     ``root``/efficiency.yaml and uncertainty.yaml and calibration/SOURCES.md (deterministic: same
     rows, same files). Parameters are fitted on every row; the bands come from the
-    leave-one-source-out residuals. ``check``: compare only, write nothing."""
+    leave-one-source-out residuals. ``check``: compare only, write nothing. ``workers``: processes
+    for the fits (the files are the same with any number)."""
     from optimizer.calibration.crossval import cross_validate, load_dataset
     from optimizer.calibration.data import default_data_dir, load_sources
 
@@ -216,7 +217,7 @@ def refit(catalog: Catalog, root: Path, check: bool = False,
     for kind in ("training", "serving"):
         ds = load_dataset(kind, catalog)
         tell = (lambda i, source, kind=kind: progress(kind, i, source)) if progress else None
-        v = cross_validate(ds, catalog, tell)
+        v = cross_validate(ds, catalog, tell, workers)
         assert v.fit is not None and v.sensitivity is not None  # a cross-validation always fits on every row
         fits[kind] = (v.fit, ds, v.sensitivity)
         validations[kind] = v
