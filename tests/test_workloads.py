@@ -88,6 +88,20 @@ def test_switches_are_counted_once_when_several_jobs_span_servers(catalog, tmp_p
             assert p.leaf_switches == max(1, math.ceil(g.ports_per_server * p.servers / g.switch_ports))
 
 
+def test_gpus_bought_for_training_serve_too_when_they_cost_nothing_more(example):
+    """Among answers of equal cost the solver takes the fastest training and the most serving
+    capacity: the 4090s bought for pretraining are idle when serve-new starts, so serving on every
+    one of them costs nothing more, and the answer does (a refit that moved a replica's rate by a
+    hair used to move serve-new between 54 and 65 of them, at the same TCO)."""
+    problem, _, rec = example
+    sol = rec.solution
+    bought = {p.group: p.gpus for p in sol.purchases}
+    serving = sol.usage()["serve-new"]
+    assert serving and all(serving[group] == bought[group] for group in serving)
+    new = next(w for w in problem.workloads if w.name == "serve-new")
+    assert sol.serving_capacity()["serve-new/chat"] > new.demands[0].output_tokens_per_s * 1.2
+
+
 def test_example_report_assigns_hardware_to_each_workload(example, catalog):
     _, priced, rec = example
     s = summary(rec, priced)

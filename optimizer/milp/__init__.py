@@ -49,7 +49,7 @@ def solve(table: PlanTable, targets: Targets, backend: Backend | str = Backend.O
           mip_gap: float = 1e-6, tie_break: bool = True) -> MilpSolution:
     """Build the program over ``table`` and solve it. Same signature for both backends. A second
     pass fixes the optimum and takes, among equally good answers, the cheapest (min_time, min_power)
-    or the fastest / most capacity (min_cost)."""
+    or the one with the fastest training plus the most serving capacity (min_cost)."""
     if not table.candidates and not table.serving:
         raise SolverError("no candidate plans to choose from")
     start = time.perf_counter()
@@ -89,7 +89,9 @@ def _tie_break(program: Program, table: PlanTable, targets: Targets, objective: 
         model.set_objective(program.tco, False)
     else:
         model.add(program.tco <= objective + slack, "tie_break_cost")
-        model.set_objective(program.throughput if table.candidates else program.capacity, True)
+        # the fastest training and the most serving capacity (both tokens/s): a problem that trains
+        # and serves would otherwise take any serving layout the training's purchases leave room for
+        model.set_objective(program.throughput + program.capacity, True)
     second, _, _ = model.solve(time_limit_s, mip_gap)
     return second == Status.OPTIMAL
 
