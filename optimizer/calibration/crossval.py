@@ -213,11 +213,15 @@ def _init_worker(ds: Dataset, catalog: Catalog, sens: dict[str, np.ndarray]) -> 
     _WORKER.update(ds=ds, catalog=catalog, sens=sens)
 
 
-def _fit_task(source: str | None) -> fitting.FitResult:
-    """The fit without ``source`` (None: on every row), in whichever process runs it."""
-    ds = _WORKER["ds"]
+def _fit_without(ds: Dataset, catalog: Catalog, sens: dict[str, np.ndarray], source: str | None) -> fitting.FitResult:
+    """The fit without ``source``'s rows (None: on every row)."""
     mask = np.ones(len(ds.cases), dtype=bool) if source is None else ds.sources != source
-    return fit_on(ds, _WORKER["catalog"], mask, _WORKER["sens"])
+    return fit_on(ds, catalog, mask, sens)
+
+
+def _fit_task(source: str | None) -> fitting.FitResult:
+    """``_fit_without`` in a pool process, on what ``_init_worker`` handed it."""
+    return _fit_without(_WORKER["ds"], _WORKER["catalog"], _WORKER["sens"], source)
 
 
 def cross_validate(ds: Dataset, catalog: Catalog, progress=None, workers: int = 1) -> Validation:
@@ -227,12 +231,8 @@ def cross_validate(ds: Dataset, catalog: Catalog, progress=None, workers: int = 
     sources = ds.sources
     left_out = sorted(set(sources))
     tasks: list[str | None] = [None, *left_out]
-    if workers <= 1 or len(tasks) == 1:
-        _init_worker(ds, catalog, sens)
-        try:
-            fits = _collect(map(_fit_task, tasks), progress, left_out)
-        finally:
-            _WORKER.clear()
+    if workers <= 1:
+        fits = _collect((_fit_without(ds, catalog, sens, source) for source in tasks), progress, left_out)
     else:
         with ProcessPoolExecutor(min(workers, len(tasks)), initializer=_init_worker,
                                  initargs=(ds, catalog, sens)) as pool:

@@ -3,7 +3,6 @@ efficiency parameters and bands (fit). Thin over ``optimizer.calibration``."""
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -11,7 +10,7 @@ from pathlib import Path
 import click
 
 from optimizer import api as go
-from optimizer.cli.common import catalog_option, handle_errors
+from optimizer.cli.common import catalog_option, handle_errors, workers_option
 
 
 def _progress() -> Callable[[str, int, str], None] | None:
@@ -28,11 +27,6 @@ def _progress() -> Callable[[str, int, str], None] | None:
     return show
 
 
-workers_option = click.option(
-    "--workers", type=click.IntRange(min=0), default=0, show_default=True,
-    help="Processes for the leave-one-source-out fits (0: one per core); the figures are the same with any number.")
-
-
 @click.command("validate")
 @click.option("--cv", type=click.Choice(["none", "source"]), default="none", show_default=True,
               help="'source': refit with each source left out and predict it (the headline accuracy); "
@@ -42,7 +36,7 @@ workers_option = click.option(
 @click.option("--format", "fmt", type=click.Choice(["text", "csv", "json"]), default="text", show_default=True)
 @click.option("--data", "data_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="A folder of calibration CSVs with its sources.yaml and aliases.yaml (default: calibration/).")
-@workers_option
+@workers_option("the leave-one-source-out fits", "the figures are the same with any number")
 @catalog_option
 @handle_errors
 def validate_cmd(cv: str, kind: str, rows: bool, fmt: str, data_dir: Path | None, workers: int,
@@ -61,7 +55,6 @@ def validate_cmd(cv: str, kind: str, rows: bool, fmt: str, data_dir: Path | None
       gpuopt validate --cv source --format csv > errors.csv
     """
     progress = _progress() if cv == "source" else None
-    workers = workers or os.cpu_count() or 1
     result = go.validate(kind, cv, rows, data_dir, go.load_catalog(catalog_dir), progress, workers)
     if progress:
         click.echo("", err=True)
@@ -70,7 +63,7 @@ def validate_cmd(cv: str, kind: str, rows: bool, fmt: str, data_dir: Path | None
 
 @click.command("fit")
 @click.option("--check", is_flag=True, help="Only compare: exit 1 if the catalog differs from what the fit gives.")
-@workers_option
+@workers_option("the leave-one-source-out fits", "the figures are the same with any number")
 @catalog_option
 @handle_errors
 def fit_cmd(check: bool, workers: int, catalog_dir: Path | None) -> None:
@@ -80,7 +73,7 @@ def fit_cmd(check: bool, workers: int, catalog_dir: Path | None) -> None:
     Parameters are fitted on every row; the bands come from the leave-one-source-out residuals.
     """
     progress = _progress()
-    outcome = go.fit(catalog_dir, check, progress, workers or os.cpu_count() or 1)
+    outcome = go.fit(catalog_dir, check, progress, workers)
     if progress:
         click.echo("", err=True)
     click.echo(outcome.text(), nl=False)

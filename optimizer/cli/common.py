@@ -51,6 +51,14 @@ price_option = click.option("--price", "prices", multiple=True, metavar="ID=VALU
                                  "ID=21000, ID=21k or ID=-15%. Repeatable; wins over the problem's price book.")
 
 
+def workers_option(what: str, note: str = "") -> Any:
+    """``--workers``: processes for ``what``; 0 (the default) is one per core, and the command
+    receives the resolved count."""
+    return click.option("--workers", type=click.IntRange(min=0), default=0, show_default=True,
+                        callback=lambda _ctx, _param, n: n or os.cpu_count() or 1,
+                        help=f"Processes for {what} (0: one per core){'; ' + note if note else ''}.")
+
+
 class Count(click.ParamType):
     """A positive whole number written as people write it on the command line: 512, 1k, 32K, 1e3
     (the problem files' quantities: k = 1,000)."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -10,7 +9,7 @@ from pathlib import Path
 import click
 
 from optimizer import api as go
-from optimizer.cli.common import catalog_option, handle_errors, price_option
+from optimizer.cli.common import catalog_option, handle_errors, price_option, workers_option
 
 solver_option = click.option("--solver", type=click.Choice(["ortools", "pulp"]), default=None,
                              help="MIP backend (default: the problem's solver.backend).")
@@ -38,8 +37,7 @@ def _png_path(path: Path | None) -> None:
               help="Write every point as CSV (deterministic: same inputs, same bytes).")
 @click.option("--plot", "plot_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write a PNG: the frontier by GPU choice and the cost of each point by category.")
-@click.option("--workers", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Processes solving points in parallel (0: one per core).")
+@workers_option("the points, solved in parallel")
 @click.option("--format", "fmt", type=click.Choice(["text", "csv", "json"]), default="text", show_default=True)
 @solver_option
 @time_limit_option
@@ -62,7 +60,6 @@ def sweep(problem_file: Path, budget: str | None, deadline: str | None, tokens: 
     """
     _png_path(plot_file)
     problem = go.load_problem(problem_file, go.load_catalog(catalog_dir))
-    workers = workers or os.cpu_count() or 1
     start = time.perf_counter()
 
     def progress(stream, total):  # a bar on a terminal; nothing in a pipe or a log
@@ -147,8 +144,7 @@ def compare(model_ref: str, workload: str, gpus: int, input_len: int, output_len
               help="The HTML file to write.")
 @click.option("--sweep-points", type=click.IntRange(min=0, max=200), default=8, show_default=True,
               help="Points of the trade-off sweep (budget, deadline or demand, x0.25-x2); 0 leaves it out.")
-@click.option("--workers", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Processes for the sweep (0: one per core).")
+@workers_option("the sweep")
 @solver_option
 @time_limit_option
 @price_option
@@ -166,7 +162,7 @@ def report_cmd(problem_file: Path, output: Path, sweep_points: int, workers: int
     if output.suffix.lower() not in (".html", ".htm"):
         raise go.ProblemError(f"-o {output}: the report is HTML. To fix: name it {output.with_suffix('.html')}.")
     problem = go.load_problem(problem_file, go.load_catalog(catalog_dir), prices)
-    html = go.report(problem, sweep_points, workers or os.cpu_count() or 1, solver, time_limit,
+    html = go.report(problem, sweep_points, workers, solver, time_limit,
                      lambda message: click.echo(message, err=True))
     output.write_text(html, encoding="utf-8")
     click.echo(f"report written to {output}", err=True)

@@ -70,13 +70,12 @@ def solve(table: PlanTable, targets: Targets, backend: Backend | str = Backend.O
     values = program.values()
     if tie_break and objective is not None:
         remaining = max(1.0, time_limit_s - (time.perf_counter() - start))
-        if _tie_break(program, table, targets, objective, remaining, mip_gap):
+        if _tie_break(program, targets, objective, remaining, mip_gap):
             values = program.values()
     return _solution(table, targets, values, status, model.backend, objective, bound, gap, start, model)
 
 
-def _tie_break(program: Program, table: PlanTable, targets: Targets, objective: float, time_limit_s: float,
-               mip_gap: float) -> bool:
+def _tie_break(program: Program, targets: Targets, objective: float, time_limit_s: float, mip_gap: float) -> bool:
     """Fix the optimum (within a relative 1e-7) and optimise the second criterion; True if that
     pass was proven optimal (a pass stopped by the clock is discarded: keeps output deterministic)."""
     model = program.model
