@@ -270,6 +270,39 @@ def test_a_burst_of_equal_requests_charges_each_request_half_its_waves_prefill()
     assert float(b.tpot) - float(b.decode_step) == pytest.approx(prefill / 2, rel=1e-6)
 
 
+def test_a_short_output_decoding_inside_a_bursts_prefill_carries_a_budget_a_step():
+    """1,000 requests of 128 tokens in, 4 out, sent at once and admitted together (GPUStack's
+    'short prompt' case): their prompts take P = 1000·128 / 8192 = 15.6 steps of the engine's
+    token budget, and a request decodes its 4 tokens inside that phase, each step carrying one
+    budget of prefill (64 prompts), not a share of all 1,000 (125 prompts a token). A smaller
+    budget spreads the same prefill over more, cheaper steps: TPOT falls, throughput does not."""
+    steady = ServePlan(tp=8, input_len=128, output_len=4, batch=1000)
+    burst = replace(steady, requests=1000)
+    s, b = _times(steady), _times(burst)
+    assert float(b.output_tokens_per_s) == pytest.approx(float(s.output_tokens_per_s))
+    per_token = float(s.tpot) - float(s.decode_step)  # 1000 prompts' prefill per 4 tokens: 250 prompts
+    phase = 1000 * 128 / 8192
+    assert (float(b.tpot) - float(b.decode_step)) / per_token == pytest.approx(64 * (1 - 4 / (2 * phase)) / 250,
+                                                                                 rel=1e-6)
+    small = _times(replace(burst, token_budget=2048))
+    assert float(small.tpot) < float(b.tpot)
+    assert float(small.output_tokens_per_s) == pytest.approx(float(b.output_tokens_per_s))
+
+
+def test_requests_queued_behind_a_bursts_first_wave_carry_the_steady_share_where_lengths_vary():
+    """Where lengths vary the requests queued behind the first min(N, b) are admitted one by one
+    as slots free, like a steady stream; with equal lengths every wave starts together."""
+    from optimizer.perf.burst import burst_prefill_share
+
+    args = dict(requests=1000.0, batch=250.0, input_len=128.0, output_len=4.0, budget=8192.0, per_prompt=1.0,
+                steady=62.5)
+    phase = 250 * 128 / 8192  # 3.9 steps: a 4-token output outlasts it
+    front = 64 * (phase / 4) * (1 - phase / (2 * phase))
+    assert burst_prefill_share(**args, waves=1.0) == pytest.approx(front)
+    assert burst_prefill_share(**args, waves=0.0) == pytest.approx((250 * front + 750 * 62.5) / 1000)
+    assert burst_prefill_share(**{**args, "requests": 0.0}, waves=1.0) == pytest.approx(62.5)
+
+
 def test_activation_workspace_is_the_engines_token_budget_not_the_prompt(catalog):
     """Engines size their activation workspace for the tokens one pass may carry (TensorRT-LLM's
     max_num_tokens, vLLM's max_num_batched_tokens: 8,192) at start-up, whatever the prompt; llama.cpp

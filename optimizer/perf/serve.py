@@ -29,11 +29,12 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from optimizer.perf import model as shape
-from optimizer.perf.burst import burst_ttft, longest_share
+from optimizer.perf.burst import burst_prefill_share, burst_ttft, longest_share
 from optimizer.perf.comm import collective_latency, p2p_time
 from optimizer.perf.params import Num, ServeParams
 from optimizer.perf.roofline import roofline
 from optimizer.perf.serve_memory import (
+    TOKEN_BUDGET,
     decode_weight_bytes,
     dequant_bytes,
     kv_bytes_per_gpu,
@@ -53,6 +54,7 @@ from optimizer.perf.specs import (
     Hardware,
     ModelSpec,
     ServePlan,
+    ServeResult,
 )
 
 __all__ = ["ACT_BYTES", "BYTES", "FORMATS", "KV_PRECISIONS", "SERVE_PRECISIONS", "ServePlan", "ServeResult",
@@ -60,24 +62,6 @@ __all__ = ["ACT_BYTES", "BYTES", "FORMATS", "KV_PRECISIONS", "SERVE_PRECISIONS",
            "max_batch", "serve", "serve_memory", "serve_terms", "serve_time", "weight_bytes", "DECODE_SUMMANDS"]
 
 PREFILL_BATCH = 8  # prompts an engine prefills together under load (chunked prefill mixes them in)
-
-
-@dataclass(frozen=True)
-class ServeResult:
-    fits: bool
-    max_batch: int
-    batch: int
-    memory_per_gpu: float  # bytes at ``batch``
-    memory_capacity: float  # bytes per GPU the engine may use (vLLM: gpu_memory_utilization of it)
-    memory_total: float  # the GPU's memory
-    memory_breakdown: tuple[tuple[str, float], ...]
-    ttft: float  # s, prefill of one prompt, plus the decode step in progress when the replica is busy
-    tpot: float  # s, mean time between output tokens of one sequence at ``batch``
-    decode_step: float  # s, one decode step of the whole batch
-    output_tokens_per_s: float  # whole replica
-    total_tokens_per_s: float  # prompt + output tokens
-    requests_per_s: float
-    decode_breakdown: tuple[tuple[str, float], ...]
 
 
 @dataclass(frozen=True)
@@ -115,6 +99,7 @@ class ServeTerms:
     prefill_comm_bw: Num  # s per prompt
     prefill_comm_latency: Num  # s per prefill pass
     prefill_send: Num  # s per prompt
+    prefill_budget: Num  # tokens a step may prefill (the engine's token budget)
     stages: Num  # pp
     peak: Num  # dense FLOP/s of the GEMMs' math precision
     peak_16bit: Num
@@ -225,6 +210,7 @@ def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> Serv
         prefill_dequant_bytes=dequant_bytes(m, plan) / plan.gpus,
         prefill_comm_bw=layers * collectives * p_bw, prefill_comm_latency=layers * collectives * p_lat,
         prefill_send=(s / chunks * m.hidden * ACT_BYTES / link.effective_bw + link.latency) if plan.pp > 1 else 0.0,
+        prefill_budget=float(plan.token_budget or TOKEN_BUDGET),
         stages=float(plan.pp), peak=gemm_peak(dev, plan),
         peak_16bit=dev.peak_of("bf16", "fp16"), mem_bw=dev.mem_bw,
     )
@@ -337,11 +323,10 @@ def serve_time(t: ServeTerms, p: ServeParams) -> ServeTimes:
     # continuous: every output_len steps each sequence is replaced and its prompt prefilled
     tpot_continuous = mean_step + mean_batch * per_prompt / t.output_len
     static_total = prefill_batch + t.output_len * step
-    # a burst of equal requests goes in waves that start together: the k-th of a wave starts
-    # decoding after k prompts are prefilled and sees the other b − k prefilled while it decodes,
-    # so a request's own TPOT carries half its wave's prefill (the throughput carries all of it)
-    wave = np.where((t.requests > 0) & (t.variable == 0), 0.5, 1.0)
-    tpot = np.where(t.static > 0, step, mean_step + wave * mean_batch * per_prompt / t.output_len)
+    # a request's TPOT carries the prompts prefilled while it decodes, the throughput all of them
+    others = burst_prefill_share(t.requests, t.batch, t.input_len, t.output_len, t.prefill_budget, per_prompt,
+                                 mean_batch * per_prompt / t.output_len, 1.0 - t.variable)
+    tpot = np.where(t.static > 0, step, mean_step + others)
     rate = np.where(t.static > 0, t.batch * t.output_len / static_total, mean_batch / tpot_continuous)
     # the engine's front end (HTTP, tokenising, detokenising) handles requests one after another in
     # its own process: it caps the request rate whatever the GPUs could do

@@ -311,3 +311,23 @@ class ServePlan:
     @property
     def gpus(self) -> int:
         return self.tp * self.pp
+
+
+@dataclass(frozen=True)
+class ServeResult:
+    """What ``perf.serve.serve`` predicts for one replica at a batch."""
+
+    fits: bool
+    max_batch: int
+    batch: int
+    memory_per_gpu: float  # bytes at ``batch``
+    memory_capacity: float  # bytes per GPU the engine may use (vLLM: gpu_memory_utilization of it)
+    memory_total: float  # the GPU's memory
+    memory_breakdown: tuple[tuple[str, float], ...]
+    ttft: float  # s, prefill of one prompt, plus the decode step in progress when the replica is busy
+    tpot: float  # s, mean time between output tokens of one sequence at ``batch``
+    decode_step: float  # s, one decode step of the whole batch
+    output_tokens_per_s: float  # whole replica
+    total_tokens_per_s: float  # prompt + output tokens
+    requests_per_s: float
+    decode_breakdown: tuple[tuple[str, float], ...]
