@@ -9,7 +9,6 @@ are the headline accuracy; the in-sample ones are only for contrast.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,6 +20,7 @@ from optimizer.calibration.serving import serving_cases
 from optimizer.calibration.training import training_cases
 from optimizer.catalog import Catalog
 from optimizer.catalog.stacks import efficiency_precision
+from optimizer.parallel import ordered_map
 from optimizer.perf.params import Num, stack_arrays
 from optimizer.perf.serve import ServeTerms, serve_time
 from optimizer.perf.train import TrainTerms, step_time
@@ -231,12 +231,8 @@ def cross_validate(ds: Dataset, catalog: Catalog, progress=None, workers: int = 
     sources = ds.sources
     left_out = sorted(set(sources))
     tasks: list[str | None] = [None, *left_out]
-    if workers <= 1:
-        fits = _collect((_fit_without(ds, catalog, sens, source) for source in tasks), progress, left_out)
-    else:
-        with ProcessPoolExecutor(min(workers, len(tasks)), initializer=_init_worker,
-                                 initargs=(ds, catalog, sens)) as pool:
-            fits = _collect(pool.map(_fit_task, tasks), progress, left_out)
+    fits = _collect(ordered_map(_fit_task, tasks, workers, _init_worker, (ds, catalog, sens),
+                                lambda source: _fit_without(ds, catalog, sens, source)), progress, left_out)
     full, *folds = fits
     everything = np.ones(len(ds.cases), dtype=bool)
     in_sample = _comparisons(ds, predictions(ds, full), everything, {})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import click
@@ -24,6 +25,12 @@ def main() -> None:
       gpuopt estimate serve --model llama2-70b --gpu h100-sxm --gpus 8 --tp 8 --input-len 512 --output-len 256
       gpuopt catalog list
     """
+    warnings.showwarning = _show_warning
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+    """A warning as one line on stderr (``warning: ...``), not Python's file:line form."""
+    click.echo(f"warning: {message}", err=True)
 
 
 @main.command()

@@ -16,12 +16,12 @@ import io
 import itertools
 import math
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
 from optimizer.catalog import Catalog
 from optimizer.milp import Status, solve
+from optimizer.parallel import ordered_map
 from optimizer.plans import PlanTable, build_groups, enumerate_candidates
 from optimizer.problem import Problem
 from optimizer.problem.enums import BudgetCovers
@@ -140,14 +140,16 @@ def run_sweep(problem: Problem, catalog: Catalog, axes: list[Axis], backend: str
     rows: list[SweepRow] = []
     if not table.candidates and not table.serving:
         rows = [SweepRow(i, v, Status.INFEASIBLE.value) for i, v in jobs]
-    elif workers <= 1 or len(jobs) == 1:
-        _init_worker(*args)
-        stream: Iterator[SweepRow] = map(_run_point, jobs)
-        rows = list(progress(stream, len(jobs)) if progress else stream)
     else:
-        with ProcessPoolExecutor(min(workers, len(jobs)), initializer=_init_worker, initargs=args) as pool:
-            stream = pool.map(_run_point, jobs)
-            rows = list(progress(stream, len(jobs)) if progress else stream)
+        ready: list[bool] = []  # this sweep's state set up in this process (serial, or after a failed pool)
+
+        def serial(job: tuple[int, tuple[float, ...]]) -> SweepRow:
+            if not ready:
+                _init_worker(*args)
+                ready.append(True)
+            return _run_point(job)
+        stream = ordered_map(_run_point, jobs, workers, _init_worker, args, serial)
+        rows = list(progress(stream, len(jobs)) if progress else stream)
     result = SweepResult(problem, axes, tuple(rows), len(table.candidates) + len(table.serving), ())
     marked = mark_pareto(result)
     return replace(marked, violations=monotonicity_violations(marked))
