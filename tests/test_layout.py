@@ -17,7 +17,7 @@ MAX_FUNCTION_LINES = 60
 # perf imports nothing of gpuopt (test_cli.test_perf_is_pure), so it sits under the catalog that
 # names its records; the API sits on every stage, and the CLI only on the API.
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("base", ("errors", "validation")),
+    ("base", ("errors", "validation", "parallel")),
     ("perf", ("perf",)),
     ("catalog", ("catalog",)),
     ("problem", ("problem",)),
