@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from optimizer.catalog import AT_BATCH, AT_MAX_LOAD, Catalog
+from optimizer.catalog.records import train_regime
 from optimizer.errors import CatalogError, ProblemError, suggest
 from optimizer.perf.goodput import goodput
 from optimizer.perf.params import ServeParams, TrainParams
@@ -108,7 +109,7 @@ def estimate_train(catalog: Catalog, model: str, gpu: str, gpus: int, tp: int = 
         "goodput": (good := goodput(gpus, catalog.facility.reliability.reliability())).fraction,
         "days": result.days(n_tokens) / good.fraction if n_tokens else None,
     }
-    band = catalog.band("train", bool(resolved.extrapolated))
+    band = catalog.band("train", bool(resolved.extrapolated), train_regime(spec.moe), catalog.vendor_of(gpu))
     out["band_90"] = {"tokens_per_s": [result.tokens_per_s * band.ratio(5), result.tokens_per_s * band.ratio(95)]}
     if n_tokens:
         out["band_90"]["days"] = [out["days"] / band.ratio(95), out["days"] / band.ratio(5)]

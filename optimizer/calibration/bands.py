@@ -5,10 +5,13 @@ comparisons of a kind (FIDELITY.md section 3): it measures how wrong the model i
 never saw, not on the ones it was fitted to. Sources are the exchangeable units, so every source's
 rows share a weight of 1. Bands are kept apart for predictions whose GPU family and stack had
 calibration rows of their own ("calibrated") and those that had to borrow ("extrapolated"), which
-are wider. Serving bands are also kept per regime (a "Mondrian" split, FIDELITY.md section 3):
-a replica planned at a batch (a latency limit, a fixed concurrency or request rate) is much better
-predicted than one at maximum load, where bursts of requests and engine caps decide, so each takes
-the band of the rows measured like it; and per GPU vendor within a regime (where the vendor has
+are wider. Bands are also kept per regime (a "Mondrian" split, FIDELITY.md section 3): a serving
+replica planned at a batch (a latency limit, a fixed concurrency or request rate) is much better
+predicted than one at maximum load, where bursts of requests and engine caps decide, and a dense
+model's training step much better than a mixture-of-experts model's (expert parallelism, all-to-all,
+load imbalance: out of source 16-30 % median against 6-10 %, and a band over both covered 60 % of
+new MoE sources), so each takes the band of the rows measured like it; and per GPU vendor within a
+regime (where the vendor has
 ``MIN_SOURCES`` sources there), because engine releases are built per vendor: vLLM 0.6 on ROCm
 ran MI300X at a quarter of the prediction in one source, which says nothing of TensorRT-LLM on H100.
 
@@ -16,7 +19,7 @@ How wide: split-conformal's finite-sample correction (Angelopoulos & Bates 2021,
 2107.07511) reaches for the ``(n+1)/n`` level, which with the 3-10 sources of a group is the most
 extreme row of all: a 90 % band covering 97 % of new sources and spanning 0.1-3.6×. Instead each
 quantile's log distance from the median is stretched by the least factor (``WIDENING``) at which
-the bands cover the nominal 90 % of sources left out, in every serving regime, a factor per group
+the bands cover the nominal 90 % of sources left out, in every regime, a factor per group
 (Mondrian again): the rows of an engine release no other source measured must not stretch the
 band of predictions whose GPU and stack are calibrated. The lower and upper tails take factors of
 their own, each the least at which at most 5 % of those rows fall beyond it (the asymmetric form
@@ -36,6 +39,7 @@ from typing import Any
 
 from optimizer.calibration.data import THROUGHPUT, Comparison
 from optimizer.catalog import AT_BATCH, AT_MAX_LOAD, QUANTILES
+from optimizer.catalog.records import train_regime
 
 MIN_SOURCES = 3  # a group needs this many sources for a band of its own
 NOMINAL = 0.90  # a 90 % band: [q05, q95]
@@ -51,12 +55,14 @@ def group_of(c: Comparison) -> str:
 
 
 def regime_of(c: Comparison) -> str | None:
-    """A serving comparison's band regime: at maximum load (the most sequences that fit, or a burst
-    of requests) or at a batch (batch 1, a fixed batch or concurrency, a request rate); None for
-    training, whose bands are not split."""
-    if c.metric not in SERVING_RATES:
-        return None
-    return AT_MAX_LOAD if c.regime.startswith("maximum load") else AT_BATCH
+    """A comparison's band regime. Serving: at maximum load (the most sequences that fit, or a burst
+    of requests) or at a batch (batch 1, a fixed batch or concurrency, a request rate). Training: a
+    mixture-of-experts model or a dense one. None for a latency."""
+    if c.metric in SERVING_RATES:
+        return AT_MAX_LOAD if c.regime.startswith("maximum load") else AT_BATCH
+    if c.metric in THROUGHPUT:
+        return train_regime(c.regime.startswith("moe"))
+    return None
 
 
 def _weighted_quantiles(values: list[float], weights: list[float], levels: list[float]) -> list[float]:
@@ -158,7 +164,7 @@ def _vendors(rows: list[Comparison]) -> list[str]:
 
 def _structure(rows: list[Comparison]) -> dict[str, Any]:
     """What ``bands`` builds from the rows, before any widening: the log quantiles of each group,
-    per regime and per GPU vendor within a regime (serving), and which bands fall back to which."""
+    per regime and per GPU vendor within a regime, and which bands fall back to which."""
     out: dict[str, Any] = {"all": _structure_groups(rows, False)}
     by_regime: dict[str, list[Comparison]] = defaultdict(list)
     for c in rows:
@@ -185,16 +191,16 @@ def _apply(structure: dict[str, Any], widening: Widening) -> dict[str, Any]:
 
 
 def bands(comparisons: list[Comparison], widening: Widening | None = None) -> dict[str, Any]:
-    """Band per group ("calibrated", "extrapolated") of the throughput comparisons, and for serving
-    the same per regime (``regimes``: at a batch, at maximum load) and per GPU vendor in each regime
-    (``vendors``), at ``widening`` (default: the least per band and side that covers the nominal
+    """Band per group ("calibrated", "extrapolated") of the throughput comparisons, and the same per
+    regime (``regimes``: serving at a batch and at maximum load, training dense and MoE) and per GPU
+    vendor in each regime (``vendors``), at ``widening`` (default: the least per band and side that covers the nominal
     share of sources left out, ``widening_for``)."""
     rows = throughput(comparisons)
     return _apply(_structure(rows), widening_for(rows) if widening is None else widening)
 
 
 def widening_for(rows: list[Comparison]) -> Widening:
-    """Per band (group, and regime and GPU vendor where serving has them), the least factor of
+    """Per band (group, regime and GPU vendor), the least factor of
     ``WIDENING`` at which leave-one-source-out bands cover ``NOMINAL`` of the rows they judge (each
     source weighted by its rows, as a buyer meets them); the largest factor if none does. The
     bands nest in the factor, so each row comes inside at a factor of its own (``_needed``) and
@@ -309,7 +315,7 @@ def _hits(rows: list[Comparison], make_bands, low: int = 5, high: int = 95,
             entry = _entry(band, c)
             inside = _within(entry["ratio_quantiles"], c, low, high, side)
             hits["all"].append(inside)
-            if entry["cell"] != group_of(c):  # training: the group is the cell
+            if entry["cell"] != group_of(c):  # a band of the group over every regime: the group is the cell
                 hits[entry["cell"]].append(inside)  # the rows each widening answers for
             hits[group_of(c)].append(inside)
             if regime_of(c):

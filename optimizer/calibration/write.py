@@ -36,13 +36,14 @@ UNCERTAINTY_HEADER = """\
 # measured / predicted over the leave-one-source-out comparisons (optimizer/calibration/bands.py),
 # sources weighted equally, split-conformal widening. `calibrated`: the prediction's GPU family and
 # stack have calibration rows of their own; `extrapolated`: one of them borrows its values.
-# Serving also has a band per regime (`regimes`): a replica at a batch (a latency limit, a fixed
-# concurrency or request rate) or at maximum load (the most sequences that fit, or a burst), and
-# per GPU vendor within each regime (`vendors`; a vendor with fewer than three sources in a regime
-# has the regime's band of every vendor there).
+# Each kind also has a band per regime (`regimes`): serving a replica at a batch (a latency limit,
+# a fixed concurrency or request rate) or at maximum load (the most sequences that fit, or a
+# burst), training a dense model or a mixture-of-experts one; and per GPU vendor within each
+# regime (`vendors`; a vendor with fewer than three sources in a regime has the regime's band of
+# every vendor there).
 # `widening`: how far each quantile's log distance from the median is stretched, below the median
 # (`low`) and above it (`high`), so that at most 5 % of the rows of sources left out fall beyond
-# each side, per group and, for serving, per regime and GPU vendor (bands.py).
+# each side, per group, regime and GPU vendor (bands.py).
 # A 90 % band is [q05, q95]; planning at 90 % confidence multiplies every predicted rate by q10.
 # Written by `gpuopt fit`; a test keeps them equal to what the fit produces.
 """

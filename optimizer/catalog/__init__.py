@@ -97,10 +97,10 @@ class Catalog:
 
     def band(self, kind: str, extrapolated: bool = False, regime: str | None = None,
              vendor: str | None = None) -> Band:
-        """The out-of-source band of a workload kind ('train' or 'serve'); wider where the
-        prediction's GPU family or stack has no calibration rows of its own. A serving prediction
-        ``regime`` ("at a batch" or "at maximum load") takes the band of rows measured like it, on
-        its GPU ``vendor``'s rows where the bands keep them apart."""
+        """The out-of-source band of a workload kind ('train' or 'serve'); wider where the prediction's
+        GPU family or stack has no calibration rows of its own. A ``regime`` (serving: at a batch or at
+        maximum load; training: dense or MoE, ``records.train_regime``) takes the band of rows measured
+        like it, on its GPU ``vendor``'s rows where the bands keep them apart."""
         if self.uncertainty is None:
             raise CatalogError(f"{self.root}: no uncertainty.yaml. To fix: run 'gpuopt fit' and save its bands.")
         bands = self.uncertainty.training if kind in ("train", "training") else self.uncertainty.serving

@@ -339,6 +339,13 @@ class Region(Record):
 
 QUANTILES = (5, 10, 20, 25, 50, 75, 80, 90, 95)
 AT_BATCH, AT_MAX_LOAD = "at a batch", "at maximum load"  # serving band regimes
+DENSE, MOE = "dense", "mixture of experts"  # training band regimes: MoE steps are predicted far less well
+BandRegime = Literal["at a batch", "at maximum load", "dense", "mixture of experts"]
+
+
+def train_regime(moe: bool) -> str:
+    """The band regime of a training prediction: a mixture-of-experts model's or a dense one's."""
+    return MOE if moe else DENSE
 
 
 class Band(Record):
@@ -369,14 +376,14 @@ class BandPair(Record):
 
 
 class VendorBands(Record):
-    # serving: one GPU vendor's bands of the rows measured at a batch, and at maximum load
-    regimes: dict[Literal["at a batch", "at maximum load"], BandPair] = Field(default_factory=dict)
+    # one GPU vendor's bands per regime (serving: at a batch, at maximum load; training: dense, MoE)
+    regimes: dict[BandRegime, BandPair] = Field(default_factory=dict)
 
 
 class Bands(BandPair):
     # each quantile's log distance from the median stretched to cover 90 % out of source, a factor per
     # group ("calibrated", "extrapolated") and per regime and group ("at a batch/calibrated"; bands.py)
     widening: dict[str, Annotated[float, Field(ge=1.0)]] = Field(default_factory=dict)
-    # serving: the bands of the rows measured at a batch, and at maximum load (bands.py)
-    regimes: dict[Literal["at a batch", "at maximum load"], BandPair] = Field(default_factory=dict)
-    vendors: dict[str, VendorBands] = Field(default_factory=dict)  # serving: the same per GPU vendor (bands.py)
+    # the bands per regime (bands.py): serving at a batch and at maximum load; training dense and MoE
+    regimes: dict[BandRegime, BandPair] = Field(default_factory=dict)
+    vendors: dict[str, VendorBands] = Field(default_factory=dict)  # the same per GPU vendor (bands.py)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from optimizer.catalog import AT_BATCH, AT_MAX_LOAD, Catalog, with_used_prices
+from optimizer.catalog.records import train_regime
 from optimizer.catalog.stacks import Kind
 from optimizer.errors import CatalogError, ProblemError, suggest
 from optimizer.perf.specs import ModelSpec
@@ -318,8 +319,9 @@ def confidence_factor(problem: Problem, catalog: Catalog, gpu_id: str, precision
         return 1.0
     w = problem.workload
     default = w.precision if isinstance(w, TrainWorkload) else "bf16"
-    band = catalog.band_for(w.kind, w.stack, (gpu_id, precision or default),
-                            regime=serve_regime(demand) if demand is not None else None)
+    regime = train_regime(w.model.moe) if isinstance(w, TrainWorkload) else (
+        serve_regime(demand) if demand is not None else None)
+    band = catalog.band_for(w.kind, w.stack, (gpu_id, precision or default), regime=regime)
     return band.ratio(100 - problem.confidence)
 
 

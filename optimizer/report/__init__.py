@@ -11,6 +11,7 @@ from typing import Any
 from typing_extensions import assert_never
 
 from optimizer.catalog import Band, Catalog
+from optimizer.catalog.records import train_regime
 from optimizer.milp import fabric_links
 from optimizer.problem import Problem, ServeWorkload, TrainWorkload, answer_regime
 from optimizer.recommend import HOURS_PER_YEAR, Recommendation
@@ -39,6 +40,7 @@ def _answer_band(rec: Recommendation, catalog: Catalog) -> tuple[Band, bool]:
         case TrainWorkload():
             assert sol.candidate is not None
             runs = ((groups[sol.candidate.group].gpu, w.precision),)
+            regime = train_regime(w.model.moe)
         case never:
             assert_never(never)
     return catalog.band_for(w.kind, w.stack, *runs, regime=regime), catalog.borrows(w.kind, w.stack, *runs)

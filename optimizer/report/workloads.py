@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from optimizer.catalog import Catalog
+from optimizer.catalog.records import train_regime
 from optimizer.perf.goodput import goodput
 from optimizer.perf.train import TrainResult
 from optimizer.problem import TrainWorkload, answer_regime
@@ -42,7 +43,7 @@ def _train_entry(rec: Recommendation, catalog: Catalog, w: TrainWorkload, result
     g = rec.table.groups[c.group]
     good = goodput(c.gpus_per_replica * dp, g.reliability(rec.problem.reliability))
     days = w.tokens / result.tokens_per_s / good.fraction / 86400
-    train_band = catalog.band_for("train", w.stack, (g.gpu, w.precision))
+    train_band = catalog.band_for("train", w.stack, (g.gpu, w.precision), regime=train_regime(w.model.moe))
     return dict(tokens=w.tokens, group=g.key, gpu=g.gpu, server=g.server, fabric=g.fabric,
                 offer=g.offer, gpus=c.gpus_per_replica * dp, tp=c.plan.tp, pp=c.plan.pp, dp=dp * c.plan.ep,
                 cp=c.plan.cp, ep=c.plan.ep, micro_batch=c.plan.micro_batch,

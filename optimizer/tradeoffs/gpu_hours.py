@@ -12,6 +12,7 @@ from pathlib import Path
 
 from optimizer.calibration.data import read_rows
 from optimizer.catalog import Catalog
+from optimizer.catalog.records import train_regime
 from optimizer.errors import ProblemError
 from optimizer.problem import Problem, Search, SolverOptions, TrainWorkload
 from optimizer.problem.enums import BudgetCovers, Objective
@@ -69,7 +70,7 @@ def gpu_hours(path: Path, catalog: Catalog) -> list[GpuHours]:
     for row in read_rows(path, COLUMNS):
         problem = _problem(catalog, row, path)
         rec = recommend(problem, catalog)
-        band = catalog.band_for("train", None, (row["gpu"], "bf16"))
+        band = catalog.band_for("train", None, (row["gpu"], "bf16"), regime=train_regime(problem.workload.model.moe))
         plan = rec.solution.candidate
         assert plan is not None  # recommend() raises unless a training plan was chosen
         used = plan.gpus_per_replica * rec.solution.dp  # units of ep replicas
