@@ -193,8 +193,8 @@ def _apply(structure: dict[str, Any], widening: Widening) -> dict[str, Any]:
 def bands(comparisons: list[Comparison], widening: Widening | None = None) -> dict[str, Any]:
     """Band per group ("calibrated", "extrapolated") of the throughput comparisons, and the same per
     regime (``regimes``: serving at a batch and at maximum load, training dense and MoE) and per GPU
-    vendor in each regime (``vendors``), at ``widening`` (default: the least per band and side that covers the nominal
-    share of sources left out, ``widening_for``)."""
+    vendor in each regime (``vendors``), at ``widening`` (default: the least per band and side that
+    covers the nominal share of sources left out, ``widening_for``)."""
     rows = throughput(comparisons)
     return _apply(_structure(rows), widening_for(rows) if widening is None else widening)
 

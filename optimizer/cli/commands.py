@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import warnings
 from pathlib import Path
+from typing import TextIO
 
 import click
 
@@ -28,7 +29,8 @@ def main() -> None:
     warnings.showwarning = _show_warning
 
 
-def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: TextIO | None = None, line: str | None = None) -> None:
     """A warning as one line on stderr (``warning: ...``), not Python's file:line form."""
     click.echo(f"warning: {message}", err=True)
 
