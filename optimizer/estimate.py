@@ -109,8 +109,10 @@ def estimate_train(catalog: Catalog, model: str, gpu: str, gpus: int, tp: int = 
         "goodput": (good := goodput(gpus, catalog.facility.reliability.reliability())).fraction,
         "days": result.days(n_tokens) / good.fraction if n_tokens else None,
     }
-    band = catalog.band("train", bool(resolved.extrapolated), train_regime(spec.moe), catalog.vendor_of(gpu))
-    out["band_90"] = {"tokens_per_s": [result.tokens_per_s * band.ratio(5), result.tokens_per_s * band.ratio(95)]}
+    regime = train_regime(spec.moe)  # an MoE model takes the band of MoE runs (bands.regime_of)
+    band = catalog.band("train", bool(resolved.extrapolated), regime, catalog.vendor_of(gpu))
+    out["band_90"] = {"tokens_per_s": [result.tokens_per_s * band.ratio(5), result.tokens_per_s * band.ratio(95)],
+                      "regime": regime}
     if n_tokens:
         out["band_90"]["days"] = [out["days"] / band.ratio(95), out["days"] / band.ratio(5)]
     return Estimate(out, _train_lines(out, stack is None, resolved.extrapolated, n_tokens))
@@ -137,7 +139,8 @@ def _train_lines(out: dict[str, Any], default_stack: bool, extrapolated: tuple[s
         + ", ".join(f"{k} {v:,.1f}" for k, v in out["memory_breakdown_gb"].items()),
         f"step {out['step_time_s']:,.3f} s: " + ", ".join(f"{k} {v:,.3f}" for k, v in out["step_breakdown_s"].items()
                                                        if v),
-        _if_it_fit(out) + f"{out['tokens_per_s']:,.0f} tokens/s (90 % band {lo:,.0f}-{hi:,.0f}), "
+        _if_it_fit(out) + f"{out['tokens_per_s']:,.0f} tokens/s (90 % band {lo:,.0f}-{hi:,.0f}, "
+        f"{out['band_90']['regime']} models), "
         f"{out['tflops_per_gpu']:,.1f} TFLOP/s per GPU, MFU {out['mfu']:.1%} (HFU {out['hfu']:.1%})",
     ]
     if out["days"] is not None:

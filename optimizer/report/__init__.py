@@ -25,12 +25,12 @@ __all__ = ["BOM_COLUMNS", "BomRow", "_src", "acquire", "assumptions_used", "bill
            "network_summary", "render", "render_text", "summary", "write_bom"]
 
 
-def _answer_band(rec: Recommendation, catalog: Catalog) -> tuple[Band, bool]:
-    """The 90 % band of the answer, and whether it is the extrapolated one (a GPU it runs on
-    borrows its efficiency values). A problem with several workloads bands each in its plan."""
+def _answer_band(rec: Recommendation, catalog: Catalog) -> tuple[Band, bool, str | None]:
+    """The 90 % band of the answer, whether it is the extrapolated one (a GPU it runs on borrows its
+    efficiency values), and its regime. A problem with several workloads bands each in its plan."""
     p, sol, groups = rec.problem, rec.solution, rec.table.groups
     if len(p.workloads) > 1:
-        return catalog.band("serve"), False  # the wider of the two; each workload's plan carries its own
+        return catalog.band("serve"), False, None  # the wider of the two; each workload's plan carries its own
     w = p.workload
     regime = None
     match w:
@@ -43,7 +43,7 @@ def _answer_band(rec: Recommendation, catalog: Catalog) -> tuple[Band, bool]:
             regime = train_regime(w.model.moe)
         case never:
             assert_never(never)
-    return catalog.band_for(w.kind, w.stack, *runs, regime=regime), catalog.borrows(w.kind, w.stack, *runs)
+    return catalog.band_for(w.kind, w.stack, *runs, regime=regime), catalog.borrows(w.kind, w.stack, *runs), regime
 
 
 def summary(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
@@ -51,7 +51,7 @@ def summary(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
     p, sol = rec.problem, rec.solution
     bom = bill_of_materials(rec, catalog)
     cost = {**cost_terms(rec, catalog), "prices_as_of": catalog.prices_as_of}
-    band, borrowed = _answer_band(rec, catalog)
+    band, borrowed, regime = _answer_band(rec, catalog)
     low, high = band.ratio(5), band.ratio(95)
     plan, sense = _plan(rec, catalog, cost, band)
     return {
@@ -70,7 +70,7 @@ def summary(rec: Recommendation, catalog: Catalog) -> dict[str, Any]:
         "workstations": sorted({rec.table.groups[b.group].server for b in rec.solution.purchases
                                 if catalog.servers[rec.table.groups[b.group].server].workstation}),
         "solver": _solver_record(rec),
-        "uncertainty": {"rows": band.rows, "source": band.source, "extrapolated": borrowed,
+        "uncertainty": {"rows": band.rows, "source": band.source, "extrapolated": borrowed, "regime": regime,
                         "ratio_5": low, "ratio_95": high,
                         "confidence": p.confidence,
                         "planning_factor": band.ratio(100 - p.confidence) if p.confidence else 1.0},

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from optimizer.catalog.records import DENSE, MOE
 from optimizer.report.bom import _bom_table, _money
 from optimizer.report.owned import owned_lines
 from optimizer.report.tco import break_even_lines, cost_lines, price_lines
@@ -111,8 +112,8 @@ def _training_text(s: dict[str, Any], h) -> list[str]:
         f"Predicted training time {plan['days']:,.1f} days at {plan['tokens_per_s']:,.0f} tokens/s "
         f"({plan['tflops_per_gpu']:,.0f} TFLOP/s per GPU, MFU {plan['mfu']:.1%}); 90 % band "
         f"{plan['days_band_90'][0]:,.1f}-{plan['days_band_90'][1]:,.1f} days "
-        f"(measured / predicted on {s['uncertainty']['rows']} published runs"
-        + (" of GPUs or stacks without calibration rows of their own, as here)." if s["uncertainty"].get("extrapolated")
+        f"(measured / predicted on {s['uncertainty']['rows']} published runs of {_models(s['uncertainty'])}"
+        + (" on GPUs or stacks without calibration rows of their own, as here)." if s["uncertainty"].get("extrapolated")
            else ").")
         + (f" Planned at {p['confidence']} % confidence: {plan['planned_days']:,.1f} days."
            if p.get("confidence") else ""),
@@ -134,6 +135,11 @@ def _training_text(s: dict[str, Any], h) -> list[str]:
         f"Step time {plan['step_time_s']:,.3f} s: "
         + ", ".join(f"{k} {v:,.3f}" for k, v in plan["step_breakdown_s"].items() if v > 0) + ".",
     ]
+
+
+def _models(u: dict[str, Any]) -> str:
+    """Whose published runs a training band comes from: MoE models' or dense ones' (bands.regime_of)."""
+    return {MOE: "mixture-of-experts models", DENSE: "dense models"}.get(u.get("regime") or "", "training jobs")
 
 
 def _rate_sources(g: dict[str, Any]) -> str:
