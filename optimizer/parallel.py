@@ -15,10 +15,11 @@ R = TypeVar("R")
 
 
 def ordered_map(task: Callable[[T], R], items: Sequence[T], workers: int, initializer: Callable[..., None],
-                initargs: tuple[Any, ...], serial: Callable[[T], R]) -> Iterator[R]:
+                initargs: tuple[Any, ...], serial: Callable[[T], R] | None = None) -> Iterator[R]:
     """``task`` over ``items`` in ``workers`` processes (each set up by ``initializer(*initargs)``),
-    yielding results in the order of ``items`` as they come; ``serial`` computes one item in this
-    process, for one worker and for whatever is left when the pool cannot start or breaks."""
+    yielding results in the order of ``items`` as they come. With one worker, and for whatever is left
+    when the pool cannot start or breaks, items are computed in this process: by ``serial``, or
+    (None) by ``task`` once ``initializer`` has set this process up too."""
     done = 0
     if workers > 1 and len(items) > 1:
         try:
@@ -30,4 +31,6 @@ def ordered_map(task: Callable[[T], R], items: Sequence[T], workers: int, initia
         except (OSError, BrokenProcessPool) as err:
             warnings.warn(f"worker processes failed ({type(err).__name__}: {err}); running the remaining "
                           f"{len(items) - done} of {len(items)} tasks in this process", RuntimeWarning, stacklevel=2)
-    yield from map(serial, items[done:])
+    if serial is None and done < len(items):
+        initializer(*initargs)
+    yield from map(serial or task, items[done:])

@@ -55,6 +55,15 @@ def test_a_pool_that_cannot_start_runs_everything_here(monkeypatch):
         assert list(ordered_map(_square, [1, 2, 3], 4, _setup, (), _square)) == [1, 4, 9]
 
 
+def test_without_a_serial_function_this_process_is_set_up_like_a_worker(monkeypatch):
+    monkeypatch.setattr(parallel, "ProcessPoolExecutor", _NoPool)
+    SEEN.clear()
+    with pytest.warns(RuntimeWarning):
+        assert list(ordered_map(_square, [1, 2], 2, _setup, ("state",))) == [1, 4]
+    assert SEEN == [1]  # the initializer ran here, once
+    assert list(ordered_map(_square, [3], 1, _setup, ())) == [9] and SEEN == [1, 0]
+
+
 def test_a_pool_that_breaks_part_way_finishes_the_rest_here_once(monkeypatch):
     monkeypatch.setattr(parallel, "ProcessPoolExecutor", _BreaksAfterOne)
     calls: list[int] = []

@@ -11,9 +11,9 @@ predicted than one at maximum load, where bursts of requests and engine caps dec
 model's training step much better than a mixture-of-experts model's (expert parallelism, all-to-all,
 load imbalance: out of source 16-30 % median against 6-10 %, and a band over both covered 60 % of
 new MoE sources), so each takes the band of the rows measured like it; and per GPU vendor within a
-regime (where the vendor has
-``MIN_SOURCES`` sources there), because engine releases are built per vendor: vLLM 0.6 on ROCm
-ran MI300X at a quarter of the prediction in one source, which says nothing of TensorRT-LLM on H100.
+regime (where the vendor has ``MIN_SOURCES`` sources there), because engine releases are built per
+vendor: vLLM 0.6 on ROCm ran MI300X at a quarter of the prediction in one source, which says nothing
+of TensorRT-LLM on H100.
 
 How wide: split-conformal's finite-sample correction (Angelopoulos & Bates 2021, arXiv
 2107.07511) reaches for the ``(n+1)/n`` level, which with the 3-10 sources of a group is the most
@@ -174,9 +174,8 @@ def _structure(rows: list[Comparison]) -> dict[str, Any]:
         out["regimes"] = {r: _structure_groups(by_regime[r], True, r) for r in regimes}
         # and per GPU vendor: one vendor's engine releases say little about another's; a vendor with
         # too few sources in a regime takes the regime's band of every vendor
-        vendors = sorted({c.vendor for r in regimes for c in by_regime[r] if c.vendor})
         out["vendors"] = {v: {r: _structure_groups([c for c in by_regime[r] if c.vendor == v], True, r, v)
-                              for r in regimes} for v in vendors}
+                              for r in regimes} for v in _vendors(rows)}
     return out
 
 

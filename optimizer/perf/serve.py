@@ -321,11 +321,12 @@ def serve_time(t: ServeTerms, p: ServeParams) -> ServeTimes:
     share = mean_batch / t.batch
     mean_step, _ = _decode_step(t, p, share)
     # continuous: every output_len steps each sequence is replaced and its prompt prefilled
-    tpot_continuous = mean_step + mean_batch * per_prompt / t.output_len
+    steady = mean_batch * per_prompt / t.output_len
+    tpot_continuous = mean_step + steady
     static_total = prefill_batch + t.output_len * step
     # a request's TPOT carries the prompts prefilled while it decodes, the throughput all of them
     others = burst_prefill_share(t.requests, t.batch, t.input_len, t.output_len, t.prefill_budget, per_prompt,
-                                 mean_batch * per_prompt / t.output_len, 1.0 - t.variable)
+                                 steady, 1.0 - t.variable)
     tpot = np.where(t.static > 0, step, mean_step + others)
     rate = np.where(t.static > 0, t.batch * t.output_len / static_total, mean_batch / tpot_continuous)
     # the engine's front end (HTTP, tokenising, detokenising) handles requests one after another in

@@ -141,14 +141,7 @@ def run_sweep(problem: Problem, catalog: Catalog, axes: list[Axis], backend: str
     if not table.candidates and not table.serving:
         rows = [SweepRow(i, v, Status.INFEASIBLE.value) for i, v in jobs]
     else:
-        ready: list[bool] = []  # this sweep's state set up in this process (serial, or after a failed pool)
-
-        def serial(job: tuple[int, tuple[float, ...]]) -> SweepRow:
-            if not ready:
-                _init_worker(*args)
-                ready.append(True)
-            return _run_point(job)
-        stream = ordered_map(_run_point, jobs, workers, _init_worker, args, serial)
+        stream = ordered_map(_run_point, jobs, workers, _init_worker, args)
         rows = list(progress(stream, len(jobs)) if progress else stream)
     result = SweepResult(problem, axes, tuple(rows), len(table.candidates) + len(table.serving), ())
     marked = mark_pareto(result)
