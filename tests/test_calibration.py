@@ -135,9 +135,9 @@ def test_no_parameter_is_keyed_to_a_single_row(datasets, catalog):
                            if s and family in eff.family_chain(c.family)
                            and precision in ("", efficiency_precision(c.precision)))
                 assert rows >= MIN_ROWS, (kind, name, key, rows)
-            for key in p.stacks:  # a stack ("vllm") or a stack on a GPU family ("trtllm@hopper")
+            for key in p.stacks:  # a stack ("vllm"), on a GPU family ("trtllm@hopper"), at a precision too
                 rows = sum(1 for c, s in zip(ds.cases, sens[kind][name], strict=True)
-                           if s and key in eff.stack_keys(kind, c.stack, c.family, "stack@family" in p.by))
+                           if s and key in eff.param_stack_keys(kind, p, c.stack, c.family, c.precision))
                 assert rows >= MIN_ROWS, (kind, name, key, rows)
 
 
@@ -452,15 +452,25 @@ def test_catalog_lists_stacks_with_their_rows_and_vendor_defaults(catalog):
 
 
 def test_engine_kernel_efficiencies_are_looked_up_per_gpu_family(catalog):
-    """An engine's kernel efficiencies may differ by architecture (``trtllm@hopper``): the lookup
-    tries the engine on the GPU's family, then the families it is like, then the engine alone,
-    then the engine it is like; CPU-side overheads and training stacks never go by family."""
+    """An engine's kernel efficiencies may differ by architecture (``trtllm@hopper``) and, on it,
+    by precision (``trtllm@hopper/fp8``): the lookup tries the engine on the GPU's family at the
+    precision, on the family, then the families it is like, then the engine alone, then the engine
+    it is like; CPU-side overheads and training stacks never go by family."""
     eff = catalog.efficiency
     assert eff.stack_keys("serving", "trtllm-0.6", "blackwell", True) == [
         "trtllm-0.6@blackwell", "trtllm-0.6@hopper", "trtllm-0.6", "trtllm@blackwell", "trtllm@hopper", "trtllm"]
+    assert eff.stack_keys("serving", "trtllm", "blackwell", True, "fp8") == [
+        "trtllm@blackwell/fp8", "trtllm@blackwell", "trtllm@hopper/fp8", "trtllm@hopper", "trtllm"]
     assert eff.stack_keys("serving", "trtllm", "hopper", False) == ["trtllm"]
+    gemm = eff.table.serving["gemm"]
+    assert eff.param_stack_keys("serving", gemm, "trtllm", "hopper", "fp16")[0] == "trtllm@hopper/bf16"
     keys = dict((name, stack) for name, _, stack in eff.resolve("serving", "hopper", "fp8", "trtllm").keys)
-    assert keys["gemm"] == "trtllm@hopper" and keys["step_overhead"] == "trtllm"
+    assert keys["gemm"] == "trtllm@hopper/fp8" and keys["step_overhead"] == "trtllm"
+    assert keys["gemm_half_width"] == ""  # no stack values: a hardware value alone
+    # an FP8 and a 16-bit run of one engine on one GPU read different kernel efficiencies
+    fp8 = eff.resolve("serving", "hopper", "fp8", "trtllm").params
+    bf16 = eff.resolve("serving", "hopper", "bf16", "trtllm").params
+    assert fp8.gemm != bf16.gemm and fp8.step_overhead == bf16.step_overhead
     assert all("@" not in key for p in eff.table.training.values() for key in p.stacks)
 
 

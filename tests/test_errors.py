@@ -132,6 +132,11 @@ def test_catalog_unknown_key_suggests(tmp_path):
     # FP16 values are stored under bf16 (one tensor-core rate): an fp16 key would never be read
     ("      hopper/bf16:\n        value: 0.", "      hopper/fp16:\n        value: 0.",
      ["'hopper/fp16': fp16 values are stored under bf16"]),
+    ("      trtllm@hopper/fp8:", "      trtllm@hopper/fp9:", ["serving.gemm.stacks: 'trtllm@hopper/fp9'",
+                                                              "precision 'fp9'", "Did you mean 'fp8'?"]),
+    ("      trtllm@hopper/bf16:", "      trtllm@hopper/fp16:", ["'trtllm@hopper/fp16': fp16 values are stored"]),
+    ("    - stack@family\n    - stack@precision", "    - stack@precision",
+     ["'stack@precision' refines 'stack@family'"]),
 ])
 def test_efficiency_values_keyed_by_unknown_families_precisions_or_stacks_are_named(tmp_path, old, new, words):
     """A value under a misspelt GPU family, precision or engine would silently never be used."""

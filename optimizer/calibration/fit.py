@@ -126,18 +126,18 @@ class Layout:
         return out
 
     def _stack_slots(self, name: str, p: Parameter, eff: Efficiency, contexts, uses, rows_of, default: int):
-        """A value per stack (and, for a kernel efficiency, per stack on a GPU family: ``Efficiency
-        .stack_keys``) that at least ``MIN_ROWS`` rows read, itself or through a more specific
+        """A value per stack (and, for a kernel efficiency, per stack on a GPU family, or on a family at
+        a precision: ``Efficiency.stack_keys``) that at least ``MIN_ROWS`` rows read, itself or through a more specific
         value shrunk toward it."""
         kind: Literal["training", "serving"] = "training" if self.kind == "training" else "serving"
-        per_family = "stack@family" in p.by
-        memo: dict[tuple[str, str], list[str]] = {}
+        memo: dict[tuple[str, str, str], list[str]] = {}
 
-        def keys_of(stack: str, family: str) -> list[str]:
-            if (stack, family) not in memo:
-                memo[stack, family] = eff.stack_keys(kind, stack, family, per_family)
-            return memo[stack, family]
-        candidates = [keys_of(stack, family) if uses[i] else [] for i, (family, _, stack) in enumerate(contexts)]
+        def keys_of(stack: str, family: str, precision: str) -> list[str]:
+            if (stack, family, precision) not in memo:
+                memo[stack, family, precision] = eff.param_stack_keys(kind, p, stack, family, precision)
+            return memo[stack, family, precision]
+        candidates = [keys_of(stack, family, precision) if uses[i] else []
+                      for i, (family, precision, stack) in enumerate(contexts)]
         keys = {k for cs in candidates for k in cs}
         while True:  # drop the values too few rows read until every one left has enough
             parent = {k: next((g for g in _more_general(eff, kind, k) if g in keys), None) for k in keys}
@@ -164,8 +164,8 @@ class Layout:
                 toward = up if up >= 0 else (default if p.pooled else -1)
                 slot = Slot(name, f"stack:{key}", _prior(p), lo, hi, toward, _prior(p), (hi - lo) or 1.0, False)
             slot_of[key] = self._add(slot)
-        return np.array([next((slot_of[k] for k in keys_of(stack, family) if k in slot_of), -1)
-                         for family, _, stack in contexts])
+        return np.array([next((slot_of[k] for k in keys_of(stack, family, precision) if k in slot_of), -1)
+                         for family, precision, stack in contexts])
 
     def start(self) -> np.ndarray:
         return np.array([min(max(s.start, s.lo), s.hi) for s in self.slots])
@@ -222,10 +222,12 @@ class _Gather:
 
 
 def _more_general(eff: Efficiency, kind: Literal["training", "serving"], key: str) -> list[str]:
-    """The keys a stack value falls back to, nearest first: ``trtllm@blackwell`` → ``trtllm@hopper``
-    (the family it is like) → ``trtllm`` → the stack ``trtllm`` is like, and so on."""
-    stack, _, family = key.partition("@")
-    on_family = [f"{stack}@{f}" for f in eff.family_chain(family)[1:]] if family else []
+    """The keys a stack value falls back to, nearest first: ``trtllm@blackwell/fp8`` →
+    ``trtllm@blackwell`` → ``trtllm@hopper`` (the family it is like) → ``trtllm`` → the stack
+    ``trtllm`` is like, and so on."""
+    stack, _, on = key.partition("@")
+    family, _, precision = on.partition("/")
+    on_family = [f"{stack}@{f}" for f in eff.family_chain(family)[0 if precision else 1:]] if family else []
     return on_family + eff.chain(kind, stack)[0 if family else 1:]
 
 

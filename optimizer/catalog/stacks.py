@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from optimizer.catalog.records import GPU_FAMILIES
 from optimizer.errors import CatalogError, suggest
 from optimizer.perf.params import ServeParams, TrainParams
+from optimizer.perf.specs import PRECISIONS, SERVE_PRECISIONS
 from optimizer.validation import read_yaml, validate
 
 Kind = Literal["training", "serving"]
@@ -97,16 +98,19 @@ class Parameter(_Record):
     range: tuple[float, float]
     prior: float  # the documented physical expectation the fit starts from and shrinks the default to
     prior_source: str
-    # what it may take values per (else one global value); "stack@family": per stack on a GPU family
-    by: tuple[Literal["hardware", "stack", "stack@family"], ...] = ()
+    # what it may take values per (else one global value); "stack@family": per stack on a GPU family;
+    # "stack@precision": per stack on a GPU family and precision as well ("trtllm@hopper/fp8")
+    by: tuple[Literal["hardware", "stack", "stack@family", "stack@precision"], ...] = ()
     default: Value
     multiply: bool = False  # stack values multiply the hardware value (else they replace it)
     pooled: bool = True  # stack values shrink toward the default (else each toward the prior, on its own)
     hardware: dict[str, Value] = {}  # "family" or "family/precision" → value
-    stacks: dict[str, Value] = {}  # stack or engine id (or "id@family") → value (or multiplier)
+    stacks: dict[str, Value] = {}  # stack or engine id (or "id@family", "id@family/precision") → value (or multiplier)
 
     @model_validator(mode="after")
     def _in_range(self) -> Parameter:
+        if "stack@precision" in self.by and "stack@family" not in self.by:
+            raise ValueError("'stack@precision' refines 'stack@family': list both")
         lo, hi = self.range
         values = [("default", self.default)] + list(self.hardware.items())
         if not self.multiply:
@@ -223,15 +227,24 @@ class Efficiency:
             family = self.table.families.get(family, "")
         return out
 
-    def stack_keys(self, kind: Kind, stack: str, family: str, per_family: bool) -> list[str]:
+    def stack_keys(self, kind: Kind, stack: str, family: str, per_family: bool, precision: str = "") -> list[str]:
         """Keys a stack value may be stored under, most specific first: for each stack in the
         chain, the stack on the GPU family and the families it is like (``trtllm@hopper``: an
         engine's kernels are written per architecture, so how close it comes to the hardware's
         rate differs by family, e.g. TensorRT-LLM's Hopper FP8 GEMMs and XQA attention), then the
         stack alone. ``per_family`` is false for values that do not depend on the GPU (CPU-side
-        overheads) and for training stacks (tried: out-of-source error rose, median 9.9 → 10.3 %)."""
+        overheads) and for training stacks (tried: out-of-source error rose, median 9.9 → 10.3 %).
+        With a ``precision``, each family is tried at that precision first (``trtllm@hopper/fp8``:
+        an engine's FP8 GEMMs and weight-only dequantising kernels are its own, apart from its
+        16-bit ones)."""
         families = self.family_chain(family) if per_family else []
-        return [key for s in self.chain(kind, stack) for key in (*(f"{s}@{f}" for f in families), s)]
+        on = [(f"{f}/{precision}", f) if precision else (f,) for f in families]
+        return [key for s in self.chain(kind, stack) for key in (*(f"{s}@{k}" for ks in on for k in ks), s)]
+
+    def param_stack_keys(self, kind: Kind, param: Parameter, stack: str, family: str, precision: str) -> list[str]:
+        """``stack_keys`` as ``param.by`` asks: per family, and per precision, or neither."""
+        return self.stack_keys(kind, stack, family, "stack@family" in param.by,
+                               efficiency_precision(precision) if "stack@precision" in param.by else "")
 
     def resolve(self, kind: Kind, family: str, precision: str, stack: str) -> Resolved:
         """The most specific value of every parameter for a GPU family, precision and stack."""
@@ -247,7 +260,7 @@ class Efficiency:
             gaps.add(f"{'stack' if kind == 'training' else 'engine'} {stack}")
         for name, param in table.items():
             hw_key = next((k for f in families for k in (f"{f}/{precision}", f) if k in param.hardware), "")
-            st_key = next((s for s in self.stack_keys(kind, stack, family, "stack@family" in param.by)
+            st_key = next((s for s in self.param_stack_keys(kind, param, stack, family, precision)
                            if s in param.stacks), "")
             value = param.hardware[hw_key].value if hw_key else param.default.value
             if st_key:
@@ -275,24 +288,37 @@ def load_efficiency(root: Path) -> Efficiency:
             if ident not in entries:
                 raise CatalogError(f"{stacks_path}: defaults.{kind}.{vendor}: '{ident}' is not a {kind} entry."
                                    f"{suggest(ident, entries)}")
-        params = table.training if kind == "training" else table.serving
-        for name, param in params.items():
-            for key in param.hardware:
-                if (precision := key.partition("/")[2]) in SAME_RATE:
-                    shared = SAME_RATE[precision]
-                    raise CatalogError(f"{eff_path}: {kind}.{name}.hardware: '{key}': {precision} values are stored "
-                                       f"under {shared} (one tensor-core rate). To fix: remove it; 'gpuopt fit' "
-                                       f"fits {precision} rows into the {shared} value.")
-            for key in param.stacks:
-                engine, _, on = key.partition("@")
-                if on and on not in GPU_FAMILIES:
-                    raise CatalogError(f"{eff_path}: {kind}.{name}.stacks: '{key}': '{on}' is not a GPU family."
-                                       f"{suggest(on, GPU_FAMILIES)}")
-                if engine not in entries:
-                    raise CatalogError(f"{eff_path}: {kind}.{name}.stacks: '{engine}' is not in {stacks_path.name}."
-                                       f"{suggest(engine, entries)} To fix: add it there or remove the value.")
+        _check_keys(eff_path, stacks_path.name, kind, table.training if kind == "training" else table.serving,
+                    entries)
     defaults: dict[str, dict[str, str]] = {kind: vendors for kind, vendors in stacks_file.defaults.items()}
     return Efficiency(table, stacks, engines, defaults, table.reserved_memory_gb * 1e9, table.memory_headroom)
+
+
+def _check_keys(eff_path: Path, stacks_name: str, kind: str, params: dict[str, Parameter], entries) -> None:
+    """Every value of ``params`` is keyed by a precision that has values of its own (not fp16: one
+    tensor-core rate with bf16), a GPU family and an engine or stack that ``entries`` lists."""
+    for name, param in params.items():
+        on_families = [(f"{kind}.{name}.hardware", key, key) for key in param.hardware]
+        on_families += [(f"{kind}.{name}.stacks", key, key.partition("@")[2]) for key in param.stacks]
+        for where, key, on in on_families:
+            if (precision := on.partition("/")[2]) in SAME_RATE:
+                shared = SAME_RATE[precision]
+                raise CatalogError(f"{eff_path}: {where}: '{key}': {precision} values are stored under {shared} "
+                                   f"(one tensor-core rate). To fix: remove it; 'gpuopt fit' fits {precision} rows "
+                                   f"into the {shared} value.")
+        precisions = PRECISIONS if kind == "training" else SERVE_PRECISIONS
+        for key in param.stacks:
+            engine, _, on = key.partition("@")
+            family, _, precision = on.partition("/")
+            if family and family not in GPU_FAMILIES:
+                raise CatalogError(f"{eff_path}: {kind}.{name}.stacks: '{key}': '{family}' is not a GPU family."
+                                   f"{suggest(family, GPU_FAMILIES)}")
+            if precision and precision not in precisions:
+                raise CatalogError(f"{eff_path}: {kind}.{name}.stacks: '{key}': unknown {kind} precision "
+                                   f"'{precision}'.{suggest(precision, precisions)} Known: {', '.join(precisions)}.")
+            if engine not in entries:
+                raise CatalogError(f"{eff_path}: {kind}.{name}.stacks: '{engine}' is not in {stacks_name}."
+                                   f"{suggest(engine, entries)} To fix: add it there or remove the value.")
 
 
 class TrainTraits(TypedDict):
