@@ -126,9 +126,9 @@ class Layout:
         return out
 
     def _stack_slots(self, name: str, p: Parameter, eff: Efficiency, contexts, uses, rows_of, default: int):
-        """A value per stack (and, for a kernel efficiency, per stack on a GPU family, or on a family at
-        a precision: ``Efficiency.stack_keys``) that at least ``MIN_ROWS`` rows read, itself or through a more specific
-        value shrunk toward it."""
+        """A value per stack (and, for a kernel efficiency, per stack on a GPU family, or on a family
+        at a precision: ``Efficiency.stack_keys``) that at least ``MIN_ROWS`` rows read, itself or
+        through a more specific value shrunk toward it."""
         kind: Literal["training", "serving"] = "training" if self.kind == "training" else "serving"
         memo: dict[tuple[str, str, str], list[str]] = {}
 

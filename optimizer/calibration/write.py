@@ -26,7 +26,8 @@ EFFICIENCY_HEADER = """\
 # to the published runs in calibration/ (optimizer/calibration/fit.py says how). Each parameter has
 # a meaning, a physical range, a documented prior, a default (what a GPU family or stack without
 # calibration rows gets) and values per GPU family (`family` or `family/precision`) and per stack or
-# engine where at least three rows depend on it; `rows` and `sources` say what is behind each value.
+# engine (`id`, `id@family` or `id@family/precision`, as `by` allows) where at least three rows depend
+# on it; `rows` and `sources` say what is behind each value.
 # Stack values multiply the hardware value when `multiply` is true, else they replace it.
 # Written by `gpuopt fit`: edit the priors and ranges, not the fitted values.
 """

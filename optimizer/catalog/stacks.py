@@ -15,6 +15,7 @@ can widen (``optimizer.calibration.bands``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Literal, TypedDict
@@ -294,7 +295,8 @@ def load_efficiency(root: Path) -> Efficiency:
     return Efficiency(table, stacks, engines, defaults, table.reserved_memory_gb * 1e9, table.memory_headroom)
 
 
-def _check_keys(eff_path: Path, stacks_name: str, kind: str, params: dict[str, Parameter], entries) -> None:
+def _check_keys(eff_path: Path, stacks_name: str, kind: str, params: dict[str, Parameter],
+                entries: Mapping[str, object]) -> None:
     """Every value of ``params`` is keyed by a precision that has values of its own (not fp16: one
     tensor-core rate with bf16), a GPU family and an engine or stack that ``entries`` lists."""
     for name, param in params.items():
