@@ -60,8 +60,8 @@ from optimizer.catalog.stacks import (
 )
 from optimizer.errors import CatalogError, suggest
 from optimizer.perf.params import ServeParams, TrainParams
-from optimizer.perf.serve import SERVE_PRECISIONS, math_precision
-from optimizer.perf.specs import PRECISIONS, Device, Hardware, Link
+from optimizer.perf.serve import math_precision
+from optimizer.perf.specs import Device, Hardware, Link
 from optimizer.validation import read_yaml, validate
 
 __all__ = [
@@ -377,12 +377,12 @@ def _check_references(cat: Catalog) -> None:
 
 def _check_efficiency_keys(cat: Catalog) -> None:
     """Every value in efficiency.yaml is keyed by a GPU family the catalog knows (a GPU's, or one
-    that takes another's values) and a precision the kind has; every support count likewise."""
+    that takes another's values; ``stacks.load_efficiency`` checks the precisions); every support
+    count likewise."""
     path, table = cat.root / "efficiency.yaml", cat.efficiency.table
     families = {g.family for g in cat.gpus.values()} | set(table.families) | set(table.families.values())
-    kinds = (("training", table.training, PRECISIONS, cat.efficiency.stacks),
-             ("serving", table.serving, SERVE_PRECISIONS, cat.efficiency.engines))
-    for kind, params, precisions, stacks in kinds:
+    kinds = (("training", table.training, cat.efficiency.stacks), ("serving", table.serving, cat.efficiency.engines))
+    for kind, params, stacks in kinds:
         keys = [(f"{kind}.{name}.hardware", key) for name, p in params.items() for key in p.hardware]
         support = table.support.get(kind)  # type: ignore[call-overload]
         keys += [(f"support.{kind}.families", key) for key in (support.families if support else ())]
@@ -391,10 +391,6 @@ def _check_efficiency_keys(cat: Catalog) -> None:
                 raise CatalogError(f"{path}: support.{kind}.stacks: '{key}' is not in stacks.yaml."
                                    f"{suggest(key, stacks)} To fix: run 'gpuopt fit' to recount the rows.")
         for where, key in keys:
-            family, _, precision = key.partition("/")
-            if family not in families:
+            if (family := key.partition("/")[0]) not in families:
                 raise CatalogError(f"{path}: {where}: '{key}' names unknown GPU family '{family}'."
                                    f"{suggest(family, families)} Known: {', '.join(sorted(families))}.")
-            if precision and precision not in precisions:
-                raise CatalogError(f"{path}: {where}: '{key}' names unknown {kind} precision '{precision}'."
-                                   f"{suggest(precision, precisions)} Known: {', '.join(precisions)}.")

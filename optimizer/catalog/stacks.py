@@ -297,8 +297,10 @@ def load_efficiency(root: Path) -> Efficiency:
 
 def _check_keys(eff_path: Path, stacks_name: str, kind: str, params: dict[str, Parameter],
                 entries: Mapping[str, object]) -> None:
-    """Every value of ``params`` is keyed by a precision that has values of its own (not fp16: one
-    tensor-core rate with bf16), a GPU family and an engine or stack that ``entries`` lists."""
+    """Every value of ``params`` is keyed by a precision of the kind that has values of its own (not
+    fp16: one tensor-core rate with bf16), a GPU family and an engine or stack that ``entries`` lists
+    (the families of the catalog's GPUs are checked with the catalog, ``catalog._check_efficiency_keys``)."""
+    precisions = PRECISIONS if kind == "training" else SERVE_PRECISIONS
     for name, param in params.items():
         on_families = [(f"{kind}.{name}.hardware", key, key) for key in param.hardware]
         on_families += [(f"{kind}.{name}.stacks", key, key.partition("@")[2]) for key in param.stacks]
@@ -308,16 +310,14 @@ def _check_keys(eff_path: Path, stacks_name: str, kind: str, params: dict[str, P
                 raise CatalogError(f"{eff_path}: {where}: '{key}': {precision} values are stored under {shared} "
                                    f"(one tensor-core rate). To fix: remove it; 'gpuopt fit' fits {precision} rows "
                                    f"into the {shared} value.")
-        precisions = PRECISIONS if kind == "training" else SERVE_PRECISIONS
+            if precision and precision not in precisions:
+                raise CatalogError(f"{eff_path}: {where}: '{key}' names unknown {kind} precision '{precision}'."
+                                   f"{suggest(precision, precisions)} Known: {', '.join(precisions)}.")
         for key in param.stacks:
             engine, _, on = key.partition("@")
-            family, _, precision = on.partition("/")
-            if family and family not in GPU_FAMILIES:
+            if (family := on.partition("/")[0]) and family not in GPU_FAMILIES:
                 raise CatalogError(f"{eff_path}: {kind}.{name}.stacks: '{key}': '{family}' is not a GPU family."
                                    f"{suggest(family, GPU_FAMILIES)}")
-            if precision and precision not in precisions:
-                raise CatalogError(f"{eff_path}: {kind}.{name}.stacks: '{key}': unknown {kind} precision "
-                                   f"'{precision}'.{suggest(precision, precisions)} Known: {', '.join(precisions)}.")
             if engine not in entries:
                 raise CatalogError(f"{eff_path}: {kind}.{name}.stacks: '{engine}' is not in {stacks_name}."
                                    f"{suggest(engine, entries)} To fix: add it there or remove the value.")
