@@ -91,7 +91,7 @@ def _tie_break(program: Program, targets: Targets, objective: float, time_limit_
         # the fastest training and the most serving capacity (both tokens/s): a problem that trains
         # and serves would otherwise take any serving layout the training's purchases leave room for
         model.set_objective(program.throughput + program.capacity, True)
-    second, _, _ = model.solve(time_limit_s, mip_gap)
+    second, _, _ = model.solve(time_limit_s, mip_gap, warm_start=True)
     return second == Status.OPTIMAL
 
 

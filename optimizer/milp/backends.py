@@ -93,8 +93,11 @@ class Model:
             self.m.sense = self._pulp.LpMaximize if maximize else self._pulp.LpMinimize
             self.m.setObjective(expr)
 
-    def solve(self, time_limit_s: float, mip_gap: float) -> tuple[Status, float | None, float | None]:
-        """(status, objective, best bound)."""
+    def solve(self, time_limit_s: float, mip_gap: float,
+              warm_start: bool = False) -> tuple[Status, float | None, float | None]:
+        """(status, objective, best bound). ``warm_start``: the variables hold a feasible answer
+        (the first pass's, in the tie-breaking pass) for the solver to start from (CBC; HiGHS
+        through OR-Tools' wrapper takes no start)."""
         if self.backend is Backend.ORTOOLS:
             self.m.SetTimeLimit(int(max(1.0, time_limit_s) * 1000))
             params = self._pywraplp.MPSolverParameters()
@@ -114,8 +117,12 @@ class Model:
                 raise SolverError(f"{ORTOOLS_ENGINE} stopped with result code {code} (unbounded or abnormal).")
             return status, self.m.Objective().Value(), self.m.Objective().BestBound()
         pulp = self._pulp
-        solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, int(math.ceil(time_limit_s))),
-                                   gapRel=mip_gap, threads=1)
+        # From a cold start, CBC's primal heuristics cost most of its time on these programs, whose
+        # optimum branching finds anyway (pretrain_finetune_serve: 74 s with them, 9 s without, the
+        # same optimum; benchmarks/solve_times.py); from a warm start they improve the answer given.
+        solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, int(math.ceil(time_limit_s))), gapRel=mip_gap,
+                                   threads=1, warmStart=warm_start,
+                                   options=[] if warm_start else ["heuristicsOnOff off"])
         self.m.solve(solver)
         if self.m.status == pulp.LpStatusInfeasible:
             return Status.INFEASIBLE, None, None
