@@ -801,6 +801,34 @@ def test_a_static_batch_larger_than_the_kv_cache_is_compared_as_waves_of_what_fi
     assert float(small.terms.batch) == small.plan.batch == 4 and "waves" not in small.config
 
 
+def test_a_row_faster_than_its_hardware_allows_is_not_compared(datasets):
+    """At a stated batch, a throughput above the roofline (weights and the experts the batch routes
+    to read at spec bandwidth every decode step, GEMMs at peak, no overhead, free links) cannot be
+    the workload the row states. LLM-Inference-Bench's TensorRT-LLM Mixtral runs (examples/run.py
+    stops at the tokenizer's end-of-sequence token) are the ones that are."""
+    from optimizer.calibration.serving import above_roofline, serving_case
+
+    why = dict((r, w) for r, _, w in datasets["serving"].skipped)
+    above = sorted(r for r, w in why.items() if "roofline" in w)
+    assert above == ["argonne-a100-trt-0597", "argonne-a100-trt-0601", "argonne-a100-trt-0602",
+                     "argonne-a100-trt-0606", "argonne-a100-trt-0607", "argonne-h100-trt-1315"]
+    assert all("mixtral" in next(r for r in csv.DictReader((DATA / "serving_runs_5.csv").open(encoding="utf-8"))
+                                 if r["id"] == row)["model"].lower() for row in above)
+    # the bound itself: a case just under it is compared, the same case just over it is not
+    case = next(c for c in datasets["serving"].cases if c.row == "argonne-h100-trt-1316")  # batch 32
+    (metric, value), = case.measured
+    assert metric == "total_tokens_per_s" and above_roofline(case.terms, case.scale, case.measured) is None
+    bound = float(re.search(r"roofline's ([\d,]+)", above_roofline(case.terms, case.scale, ((metric, 1e9),)))
+                  .group(1).replace(",", ""))
+    assert value < bound < value * 1.05  # this row sits just under its hardware's limit
+    assert above_roofline(case.terms, case.scale, ((metric, bound * 1.02),))
+    assert above_roofline(case.terms, case.scale, (("tpot_ms", 1e-3),))
+    # maximum load is not checked: its batch is the model's own reading of memory
+    rows = {r["id"]: r for r in csv.DictReader((DATA / "serving_runs_5.csv").open(encoding="utf-8"))}
+    row = {**rows["argonne-a100-trt-0597"], "batch_or_concurrency": "max load (offline)"}
+    assert not isinstance(serving_case(row, load_catalog(), load_aliases(), load_sources()), str)
+
+
 def test_serving_runs_6_rows_are_their_quoted_source_lines():
     """serving_runs_6.csv (dstackai/benchmarks): every row quotes its line of the source CSV; its
     cells are that line's figures, and its throughputs are the line's token totals over its duration

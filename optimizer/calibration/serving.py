@@ -24,11 +24,16 @@ from optimizer.calibration.data import (
     to_int,
 )
 from optimizer.catalog import Catalog
-from optimizer.perf.serve import ServePlan, ServeTerms, max_batch, serve_memory, serve_terms
+from optimizer.perf.params import ServeParams
+from optimizer.perf.serve import ServePlan, ServeTerms, max_batch, serve_memory, serve_terms, serve_time
 from optimizer.perf.serve_memory import full_length_batch
 from optimizer.perf.specs import Hardware, ModelSpec
 
 MEAN_LENGTHS = re.compile(r"mean input/output tokens per request (\d+)/(\d+)")
+
+# The hardware's own limits: every kernel at the spec peak and bandwidth, no overheads, no latency.
+ROOFLINE = ServeParams(gemm=1.0, gemm_half_width=0.0, attention=1.0, mem_bw=1.0, kv_bw=1.0,
+                       allreduce_latency=0.0)
 
 
 @dataclass(frozen=True)
@@ -209,12 +214,40 @@ def serving_case(row: dict[str, str], catalog: Catalog, aliases: Aliases, source
     if not (measured := _measured(row, tuple(facts.get("ignore", assume.get("ignore", ()))), kind == "rate", static)):
         return "no measured throughput or latency in the row" + (
             " (e2e_latency_s is read for a static batch only)" if row.get("e2e_latency_s") else "")
+    if kind == "batch" and (why := above_roofline(terms, scale, measured)):
+        return why
     config = (f"{model_id} {plan.precision}/{plan.kv_precision}-kv on {count} x {place.gpu} TP{tp} PP{pp}"
               f"{' attention-DP' if plan.attention_dp else ''} "
               f"[{engine_id}], {plan.input_len}/{plan.output_len}, {load[0]} batch {batch}"
               f"{f' in waves of {terms.batch:g}' if terms.batch < batch else ''}")
     return ServingCase(row["id"], source.id, engine_id, catalog.gpus[place.gpu].family, plan.precision,
                        _regime(load[0], batch, lengths[2]), config, model, hw, plan, terms, scale, measured)
+
+
+def above_roofline(terms: ServeTerms, scale: float, measured: tuple[tuple[str, float], ...]) -> str | None:
+    """Why a row at a stated batch is faster than its hardware allows, if it is.
+
+    At the roofline (Williams et al. 2009) every decode step reads the weights, and the experts its
+    tokens route to, at the GPUs' spec bandwidth, with every GEMM at the spec peak, no overhead and
+    no time on the links between GPUs.
+    A throughput above that, or a TPOT below it, cannot have been measured on the stated workload:
+    most likely fewer tokens were generated than the row says (a script that stops at the end-of-
+    sequence token, as TensorRT-LLM's examples/run.py does unless given ``--end_id``)."""
+    free_links = replace(terms, comm_bw=0.0, comm_latency=0.0, send=0.0, prefill_comm_bw=0.0,
+                         prefill_comm_latency=0.0, prefill_send=0.0)  # a catalog link's efficiency is fitted
+    best = serve_time(free_links, ROOFLINE)
+    rate = float(best.output_tokens_per_s) * scale
+    bound = {"output_tokens_per_s": rate,
+             "total_tokens_per_s": rate * (terms.input_len + terms.output_len) / terms.output_len}
+    for metric, value in measured:
+        if metric in bound and value > bound[metric]:
+            return (f"{metric} {value:,.0f} is above the roofline's {bound[metric]:,.0f} (weights read at the "
+                    "spec bandwidth every step): fewer tokens than stated were generated, or the setup is "
+                    "not as stated")
+        if metric == "tpot_ms" and value < best.decode_step * 1e3:
+            return (f"tpot_ms {value:g} is below the roofline's decode step of {best.decode_step * 1e3:.3g} ms: "
+                    "the setup is not as stated")
+    return None
 
 
 def _replica(model: ModelSpec, hw: Hardware, plan: ServePlan, kind: str, size: int,
