@@ -232,7 +232,9 @@ def above_roofline(terms: ServeTerms, scale: float, measured: tuple[tuple[str, f
     no time on the links between GPUs.
     A throughput above that, or a TPOT below it, cannot have been measured on the stated workload:
     most likely fewer tokens were generated than the row says (a script that stops at the end-of-
-    sequence token, as TensorRT-LLM's examples/run.py does unless given ``--end_id``)."""
+    sequence token, as TensorRT-LLM's examples/run.py does unless given ``--end_id``). The experts
+    read are those a uniform router touches (``decode_weight_bytes``): strict once a batch touches
+    them all, as Mixtral's 8 do at batch 16; a skewed router touches fewer at a small batch."""
     free_links = replace(terms, comm_bw=0.0, comm_latency=0.0, send=0.0, prefill_comm_bw=0.0,
                          prefill_comm_latency=0.0, prefill_send=0.0)  # a catalog link's efficiency is fitted
     best = serve_time(free_links, ROOFLINE)
