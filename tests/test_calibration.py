@@ -392,6 +392,26 @@ def test_validate_cli_formats():
     assert "cannot express" in rows and "DeepSpeed ZeRO-3 as of 2021" in rows
 
 
+def test_calibrated_rows_are_reported_per_regime_on_the_same_rows_in_sample(validations):
+    """A buyer whose GPU and engine other sources measured sees their accuracy per regime; each
+    line's in-sample figures are over the very rows of its out-of-source ones (a row is
+    extrapolated only out of source, so grouping the in-sample comparisons by it would not be)."""
+    from optimizer.calibration.render import summary
+
+    v = validations["serving"]
+    lines = {(line["section"], line["label"]): line for line in summary(v)["lines"]}
+    calibrated = lines[("calibrated, by regime", "fixed batch or concurrency")]
+    assert 0 < calibrated["rows"] < lines[("by regime", "fixed batch or concurrency")]["rows"]
+    rows = {(c.row, c.metric) for c in v.out_of_source if not c.extrapolated
+            and c.regime == "fixed batch or concurrency" and c.metric in ("output_tokens_per_s", "total_tokens_per_s")}
+    in_sample = [abs(c.error) for c in v.in_sample if (c.row, c.metric) in rows]
+    assert len(in_sample) == len(rows) == calibrated["rows"]
+    assert calibrated["in_sample"]["median"] == pytest.approx(float(np.median(in_sample)))
+    assert calibrated["coverage_90"] is not None
+    extrapolated = lines[("by calibration", "extrapolated")]["in_sample"]["median"]
+    assert extrapolated == extrapolated  # the extrapolated rows have in-sample figures too (not NaN)
+
+
 def test_estimates_name_the_stack_and_carry_a_band():
     runner = CliRunner()
     t = json.loads(runner.invoke(main, ["estimate", "train", "--model", "llama2-7b", "--gpu", "a100-sxm-80gb",

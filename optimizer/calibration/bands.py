@@ -320,6 +320,8 @@ def _hits(rows: list[Comparison], make_bands, low: int = 5, high: int = 95,
             if regime_of(c):
                 hits[f"band: {regime_of(c)}"].append(inside)
             hits[f"regime: {c.regime}"].append(inside)
+            if not c.extrapolated:
+                hits[f"calibrated regime: {c.regime}"].append(inside)
             hits[f"source: {c.source}"].append(inside)
             if regime_of(c) and c.vendor:
                 hits[f"vendor: {c.vendor}"].append(inside)

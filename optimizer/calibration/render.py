@@ -22,6 +22,7 @@ def _errors(comparisons: list[Comparison]) -> dict[str, float]:
 def _groups(v: Validation) -> list[tuple[str, str, list[Comparison], list[Comparison]]]:
     """(section, label, out-of-source, in-sample) for every line of the summary."""
     oos, ins = list(v.out_of_source), list(v.in_sample)
+    same = {(c.row, c.metric): c for c in ins}
     lines = [("", "all (throughput)", [c for c in oos if c.metric in THROUGHPUT],
               [c for c in ins if c.metric in THROUGHPUT])]
     for metric in LATENCY:
@@ -39,18 +40,18 @@ def _groups(v: Validation) -> list[tuple[str, str, list[Comparison], list[Compar
                 lines.append(("", label, o_part, [c for c in ins if c.metric == metric
                                                   and c.regime.startswith("maximum load") is saturated]))
     for key, section in ((lambda c: c.regime, "by regime"), (regime_of, "by band"), (group_of, "by calibration"),
+                         # what a buyer whose GPU and engine other sources measured may expect, per regime
+                         (lambda c: None if c.extrapolated else c.regime, "calibrated, by regime"),
                          (lambda c: (c.vendor or None) if regime_of(c) else None, "by GPU vendor"),
                          (lambda c: c.source, "by source")):
         by_o: dict[str | None, list[Comparison]] = defaultdict(list)
-        by_i: dict[str | None, list[Comparison]] = defaultdict(list)
         for c in oos:
             if c.metric in THROUGHPUT:
                 by_o[key(c)].append(c)
-        for c in ins:
-            if c.metric in THROUGHPUT:
-                by_i[key(c)].append(c)
         for label in sorted(k for k in by_o if k is not None):
-            lines.append((section, label, by_o[label], by_i[label]))
+            # the same rows in sample (a row is extrapolated only out of source)
+            lines.append((section, label, by_o[label], [same[(c.row, c.metric)] for c in by_o[label]
+                                                        if (c.row, c.metric) in same]))
     return lines
 
 
@@ -64,7 +65,8 @@ def summary(v: Validation) -> dict[str, Any]:
     for section, label, oos, ins in _groups(v):
         o, i = _errors(oos), _errors(ins)
         key = {"by regime": f"regime: {label}", "by band": f"band: {label}", "by GPU vendor": f"vendor: {label}",
-               "by source": f"source: {label}"}.get(section, label)
+               "by source": f"source: {label}",
+               "calibrated, by regime": f"calibrated regime: {label}"}.get(section, label)
         out["lines"].append({
             "section": section, "label": label, "sources": len({c.source for c in oos}), "rows": o["rows"],
             "out_of_source": {"median": o["median"], "p90": o["p90"]},
