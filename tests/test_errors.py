@@ -137,6 +137,9 @@ def test_catalog_unknown_key_suggests(tmp_path):
     ("      trtllm@hopper/bf16:", "      trtllm@hopper/fp16:", ["'trtllm@hopper/fp16': fp16 values are stored"]),
     ("    - stack@family\n    - stack@precision", "    - stack@precision",
      ["'stack@precision' refines 'stack@family'"]),
+    # a value keyed finer than the parameter's 'by' reads would silently never be used
+    ("    - stack@family\n    - stack@precision", "    - stack@family",
+     ["/bf16' is never read", "does not list 'stack@precision'", "To fix: remove the value"]),
 ])
 def test_efficiency_values_keyed_by_unknown_families_precisions_or_stacks_are_named(tmp_path, old, new, words):
     """A value under a misspelt GPU family, precision or engine would silently never be used."""

@@ -32,8 +32,8 @@ from optimizer.perf.specs import Hardware, ModelSpec
 MEAN_LENGTHS = re.compile(r"mean input/output tokens per request (\d+)/(\d+)")
 
 # The hardware's own limits: every kernel at the spec peak and bandwidth, no overheads, no latency.
-ROOFLINE = ServeParams(gemm=1.0, gemm_half_width=0.0, attention=1.0, mem_bw=1.0, kv_bw=1.0,
-                       allreduce_latency=0.0)
+ROOFLINE = ServeParams(gemm=1.0, gemm_half_width=0.0, attention=1.0, mem_bw=1.0, kv_bw=1.0, moe_efficiency=1.0,
+                       allreduce_latency=0.0, ridge_slowdown=1.0)  # the overheads' defaults are 0
 
 
 @dataclass(frozen=True)

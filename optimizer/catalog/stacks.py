@@ -299,7 +299,8 @@ def _check_keys(eff_path: Path, stacks_name: str, kind: str, params: dict[str, P
                 entries: Mapping[str, object]) -> None:
     """Every value of ``params`` is keyed by a precision of the kind that has values of its own (not
     fp16: one tensor-core rate with bf16), a GPU family and an engine or stack that ``entries`` lists
-    (the families of the catalog's GPUs are checked with the catalog, ``catalog._check_efficiency_keys``)."""
+    (the families of the catalog's GPUs are checked with the catalog, ``catalog._check_efficiency_keys``),
+    and no finer than the parameter's ``by`` reads (a ``trtllm@hopper/fp8`` value needs 'stack@precision')."""
     precisions = PRECISIONS if kind == "training" else SERVE_PRECISIONS
     for name, param in params.items():
         on_families = [(f"{kind}.{name}.hardware", key, key) for key in param.hardware]
@@ -315,6 +316,11 @@ def _check_keys(eff_path: Path, stacks_name: str, kind: str, params: dict[str, P
                                    f"{suggest(precision, precisions)} Known: {', '.join(precisions)}.")
         for key in param.stacks:
             engine, _, on = key.partition("@")
+            unread = ("stack@precision" if "/" in on else "stack@family") if on else "stack"
+            if unread not in param.by:
+                raise CatalogError(f"{eff_path}: {kind}.{name}.stacks: '{key}' is never read: {name}'s 'by' does "
+                                   f"not list '{unread}'. To fix: remove the value, or add '{unread}' to 'by' "
+                                   "and run 'gpuopt fit'.")
             if (family := on.partition("/")[0]) and family not in GPU_FAMILIES:
                 raise CatalogError(f"{eff_path}: {kind}.{name}.stacks: '{key}': '{family}' is not a GPU family."
                                    f"{suggest(family, GPU_FAMILIES)}")
