@@ -433,3 +433,32 @@ def test_a_decode_step_near_the_ridge_pays_for_both_bounds_and_batch_1_hardly_at
         terms = serve_terms(SEED_70B, H100, replace(plan, batch=batch), batch)
         gemm = [float(serve_time(terms, params).parts["gemm"]) for params in (smooth, SEED)]
         assert lo <= gemm[0] / gemm[1] <= hi, (batch, gemm)
+
+
+def test_vllms_unsplit_paged_attention_reads_a_gqa_groups_kv_once_per_query_head():
+    """vLLM's generic PagedAttention switches to V1 (the context unsplit, a thread block per query
+    head) once sequences x query heads pass 512 at a context of 513-8,192 tokens; a GQA group's
+    query heads then read its K and V once each. SEED_70B has 64 query heads over 8 KV heads: on
+    TP8, 8 query heads a GPU, so the switch is at 64 sequences, and the read grows eightfold."""
+    from optimizer.perf.serve import serve_terms
+
+    plan = ServePlan(tp=8, input_len=2048, output_len=2048, paged_v1v2=True)
+
+    def kv(batch: int, **change) -> float:
+        p = replace(plan, batch=batch, **change)
+        return serve_terms(SEED_70B, H100, p, batch).kv_bytes / batch
+
+    assert kv(64) == pytest.approx(kv(64, paged_v1v2=False))  # 64 x 8 = 512: V2, split
+    assert kv(65) / kv(65, paged_v1v2=False) == pytest.approx(8.0)  # V1 over every step
+    assert kv(65, input_len=128, output_len=128) == pytest.approx(kv(65, input_len=128, output_len=128,
+                                                                      paged_v1v2=False))  # one partition
+    assert kv(65, input_len=10_000, output_len=100) == pytest.approx(kv(65, input_len=10_000, output_len=100,
+                                                                         paged_v1v2=False))  # V2 past 8,192
+    # 256 → 768: the steps past 512 tokens carry (768² − 512²) / (768² − 256²) of the reads
+    share = (768**2 - 512**2) / (768**2 - 256**2)
+    assert kv(65, input_len=256, output_len=512) / kv(65, input_len=256, output_len=512, paged_v1v2=False) \
+        == pytest.approx(1.0 + 7.0 * share)
+    mha = replace(SEED_70B, kv_heads=64)  # multi-head attention: nothing shared, nothing read twice
+    p = replace(plan, batch=65)
+    assert serve_terms(mha, H100, p, 65).kv_bytes == pytest.approx(
+        serve_terms(mha, H100, replace(p, paged_v1v2=False), 65).kv_bytes)

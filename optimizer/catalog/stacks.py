@@ -71,6 +71,7 @@ class Engine(_Record):
     prefill_ubatch: int = Field(default=0, ge=0)  # tokens per pipelined micro-batch of a prompt (0: none)
     prefill_dequant: bool = False  # prompt GEMMs of weight-only formats dequantise into a 16-bit copy first
     kv_on_demand: bool = False  # KV blocks are taken as tokens are generated, not reserved for the whole request
+    paged_v1v2: bool = False  # decode attention by vLLM's generic PagedAttention V1/V2 kernels and their switch
     traits: str
     source: str
 
@@ -347,3 +348,4 @@ class ServeTraits(TypedDict):
     prefill_ubatch: int
     prefill_dequant: bool
     kv_on_demand: bool
+    paged_v1v2: bool

@@ -42,6 +42,7 @@ from optimizer.perf.serve_memory import (
     max_batch,
     replicated_attention_bytes,
     serve_memory,
+    unshared_kv_factor,
     weight_bytes,
 )
 from optimizer.perf.specs import (
@@ -192,7 +193,7 @@ def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> Serv
         weight_bytes=read / plan.gpus + replicated,
         expert_bytes=(read - weight_bytes(m, plan.precision)
                       + shape.expert_params(m) * BYTES[plan.precision]) / plan.gpus if m.moe else 0.0,
-        kv_bytes=mb * kv_bytes_per_gpu(m, plan, context),
+        kv_bytes=mb * kv_bytes_per_gpu(m, plan, context) * unshared_kv_factor(m, plan, mb),
         gemm_flops=mb * 2.0 * active_matmul_params(m) / plan.gpus,
         expert_flops=mb * 2.0 * routed_matmul_params(m) / plan.gpus,
         attention_flops=mb * shape.attention_flops_per_token_layer(m, attended) * m.layers / plan.gpus,

@@ -23,6 +23,39 @@ def kv_bytes_per_token(m: ModelSpec, kv_precision: str = "fp16") -> float:
     return 2.0 * m.layers * m.kv_heads * m.head_dim * BYTES[kv_precision]
 
 
+# vLLM's switch between its PagedAttention kernels (vllm/attention/ops/paged_attn.py, v0.2-0.6;
+# TGI 1.x server/text_generation_server/utils/paged_attention.py): V1 runs one thread block per
+# sequence and query head over the whole context; V2 splits the context into 512-token partitions
+PAGED_PARTITION = 512
+PAGED_V1_WORK = 512  # V1 once sequences x query heads exceed this (V2 below it)
+PAGED_V1_MAX_LEN = 8192  # V2 above this context whatever the work (V1's shared memory)
+
+
+def unshared_kv_factor(m: ModelSpec, plan: ServePlan, sequences: float) -> float:
+    """How many times over a decode step reads the KV cache under vLLM's generic PagedAttention
+    kernels (``plan.paged_v1v2``): 1 for other kernels and for multi-head attention.
+
+    vLLM picks V1 when a context fits one 512-token partition, or when sequences × query heads
+    exceed 512 and the context is at most 8,192 tokens (``use_v1`` in its paged_attn.py). V1 gives
+    each query head its own thread block streaming the whole context, so the query heads of a GQA
+    group read their shared K and V separately: the read grows by query heads / KV heads for the
+    steps whose context spans several partitions. LLM-Inference-Bench's vLLM 0.6.1 runs on MI300X
+    (calibration/serving_runs_5.md) step down exactly where the switch flips (Llama 3 8B at 2048/2048:
+    batch 16 → 32 on one GPU, 32 → 64 on two, ...) and by more the larger the GQA ratio (Llama 2 7B,
+    multi-head: least; Llama 2/3 70B, eight query heads per KV head: most)."""
+    q_heads = m.heads / plan.tp
+    ratio = q_heads / max(1.0, m.kv_heads / plan.tp)
+    if not plan.paged_v1v2 or m.mla or ratio <= 1.0 or sequences * q_heads <= PAGED_V1_WORK:
+        return 1.0
+    first, last = float(plan.input_len), float(plan.input_len + plan.output_len)
+    lo, hi = max(first, PAGED_PARTITION), min(last, PAGED_V1_MAX_LEN)
+    if hi <= lo:
+        return 1.0
+    # the KV read over the steps whose context lies in (512, 8192], as a share of all steps' reads
+    share = (hi * hi - lo * lo) / (last * last - first * first)
+    return 1.0 + (ratio - 1.0) * share
+
+
 def kv_bytes_per_gpu(m: ModelSpec, plan: ServePlan, context: float) -> float:
     """KV cache of one sequence at ``context`` tokens on one GPU, averaged over the replica's GPUs.
     TP splits the KV heads (a head is replicated when TP exceeds kv_heads; MLA's latent vector is

@@ -299,6 +299,9 @@ class ServePlan:
     # are free) instead of reserving its whole length at admission (TensorRT-LLM's default
     # GUARANTEED_NO_EVICT, TGI's token budget): a full batch then holds sequences of every age
     kv_on_demand: bool = False
+    # decode attention runs vLLM's generic PagedAttention kernels, which switch to V1 (no split of a
+    # sequence's context) once sequences x query heads pass 512 (``serve.unshared_kv_factor``)
+    paged_v1v2: bool = False
     # attention data-parallel over the TP group: each GPU holds the attention weights whole and the KV
     # cache of its own sequences only; the MLP / experts stay split (TensorRT-LLM enable_attention_dp,
     # SGLang --enable-dp-attention --dp-size)
