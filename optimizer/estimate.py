@@ -16,6 +16,7 @@ from optimizer.errors import CatalogError, ProblemError, suggest
 from optimizer.perf.goodput import goodput
 from optimizer.perf.params import ServeParams, TrainParams
 from optimizer.perf.serve import DECODE_SUMMANDS, ServePlan, math_precision, serve
+from optimizer.perf.serve_memory import unshared_kv_factor
 from optimizer.perf.specs import ModelSpec, TrainPlan, as_precision, as_recompute
 from optimizer.perf.train import TrainResult, train_step
 from optimizer.problem import names, resolve_model
@@ -214,6 +215,8 @@ def estimate_serve(catalog: Catalog, model: str, gpu: str, gpus: int, input_len:
         "memory_breakdown_gb": {k: v / 1e9 for k, v in r.memory_breakdown},
         "ttft_ms": r.ttft * 1e3, "tpot_ms": r.tpot * 1e3, "decode_step_ms": r.decode_step * 1e3,
         "decode_breakdown_ms": {k: v * 1e3 for k, v in r.decode_breakdown},
+        # the KV cache read this many times a step (vLLM's unsplit PagedAttention V1 under GQA; else 1)
+        "kv_read_factor": unshared_kv_factor(spec, plan, r.batch / max(1, min(pp, r.batch))),
         "output_tokens_per_s": r.output_tokens_per_s * replicas,
         "total_tokens_per_s": r.total_tokens_per_s * replicas,
         "requests_per_s": r.requests_per_s * replicas,
@@ -281,8 +284,11 @@ def _decode_step_text(out: dict[str, Any]) -> str:
     parts = out["decode_breakdown_ms"]
     summands = " + ".join(f"{k} {parts[k]:,.2f}" for k in DECODE_SUMMANDS if parts.get(k))
     within = ", ".join(f"{k} {v:,.2f}" for k, v in parts.items() if k not in DECODE_SUMMANDS and v)
+    factor = out.get("kv_read_factor", 1.0)
+    unshared = (f" (the cache read {factor:.3g} times: vLLM's PagedAttention V1, unsplit once sequences x query "
+                f"heads pass 512, reads a GQA group's K and V once per query head)") if factor > 1.0 else ""
     return f"decode step {out['decode_step_ms']:,.1f} ms = {summands}" + (
-        f"; gemm and attention are rooflines, smoothed at the ridge, of: {within}" if within else "")
+        f"; gemm and attention are rooflines, smoothed at the ridge, of: {within}{unshared}" if within else "")
 
 
 def _stack(catalog: Catalog, kind: str, ident: str | None, gpu_id: str) -> str:

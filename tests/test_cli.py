@@ -206,6 +206,20 @@ def test_estimate_serve_with_attention_data_parallelism():
     assert "TP=8 PP=1 (attention data-parallel)" in text
 
 
+def test_estimate_says_when_vllms_unsplit_paged_attention_reads_the_kv_cache_per_query_head():
+    """vLLM 0.6.1 on ROCm runs PagedAttention V1 once sequences x query heads pass 512 (Llama 3 8B
+    on one GPU: 32 query heads, so past 16 sequences) at a 2048-token prompt: the estimate says the
+    KV cache is read four times (32 query heads over 8 KV heads), and the attention part grows."""
+    args = ["estimate", "serve", "--model", "llama3-8b", "--gpu", "mi300x", "--gpus", "1", "--engine",
+            "vllm-rocm-0.6.1", "--input-len", "2048", "--output-len", "2048"]
+    split, unsplit = (json.loads(run(*args, "--batch", b, "--format", "json").output) for b in ("16", "17"))
+    assert split["kv_read_factor"] == 1.0 and unsplit["kv_read_factor"] == pytest.approx(4.0)
+    per_seq = [e["decode_breakdown_ms"]["kv_read"] / e["batch_per_replica"] for e in (split, unsplit)]
+    assert per_seq[1] == pytest.approx(4.0 * per_seq[0], rel=0.01)
+    assert "the cache read 4 times: vLLM's PagedAttention V1" in run(*args, "--batch", "17").output
+    assert "PagedAttention" not in run(*args, "--batch", "16").output
+
+
 def test_stale_prices_are_flagged():
     """Issue 15, item 11: a price dated over 12 months before the catalog's prices says so."""
     import re
