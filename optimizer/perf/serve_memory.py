@@ -23,9 +23,10 @@ def kv_bytes_per_token(m: ModelSpec, kv_precision: str = "fp16") -> float:
     return 2.0 * m.layers * m.kv_heads * m.head_dim * BYTES[kv_precision]
 
 
-# vLLM's switch between its PagedAttention kernels (vllm/attention/ops/paged_attn.py, v0.2-0.6;
-# TGI 1.x server/text_generation_server/utils/paged_attention.py): V1 runs one thread block per
-# sequence and query head over the whole context; V2 splits the context into 512-token partitions
+# vLLM's switch between its PagedAttention kernels (vllm/attention/ops/paged_attn.py, v0.2-0.6; TGI's
+# 2024 ROCm attention layer, server/text_generation_server/layers/attention/rocm.py, copies it): V1 runs
+# one thread block per sequence and query head over the whole context; V2 splits the context into
+# 512-token partitions
 PAGED_PARTITION = 512
 PAGED_V1_WORK = 512  # V1 once sequences x query heads exceed this (V2 below it)
 PAGED_V1_MAX_LEN = 8192  # V2 above this context whatever the work (V1's shared memory)
@@ -41,8 +42,10 @@ def unshared_kv_factor(m: ModelSpec, plan: ServePlan, sequences: float) -> float
     group read their shared K and V separately: the read grows by query heads / KV heads for the
     steps whose context spans several partitions. LLM-Inference-Bench's vLLM 0.6.1 runs on MI300X
     (calibration/serving_runs_5.md) step down exactly where the switch flips (Llama 3 8B at 2048/2048:
-    batch 16 → 32 on one GPU, 32 → 64 on two, ...) and by more the larger the GQA ratio (Llama 2 7B,
-    multi-head: least; Llama 2/3 70B, eight query heads per KV head: most)."""
+    batch 16 → 32 on one GPU, 32 → 64 on two, ...): Llama 3 8B and 70B (four and eight query heads
+    per KV head) lose a quarter to a third of their throughput there, the multi-head Llama 2 7B a
+    tenth, though its KV read is the larger share of its step; a kernel merely slower per byte would
+    hit it hardest."""
     q_heads = m.heads / plan.tp
     ratio = q_heads / max(1.0, m.kv_heads / plan.tp)
     if not plan.paged_v1v2 or m.mla or ratio <= 1.0 or sequences * q_heads <= PAGED_V1_WORK:
