@@ -16,7 +16,6 @@ from optimizer.errors import CatalogError, ProblemError, suggest
 from optimizer.perf.goodput import goodput
 from optimizer.perf.params import ServeParams, TrainParams
 from optimizer.perf.serve import DECODE_SUMMANDS, ServePlan, math_precision, serve
-from optimizer.perf.serve_memory import unshared_kv_factor
 from optimizer.perf.specs import ModelSpec, TrainPlan, as_precision, as_recompute
 from optimizer.perf.train import TrainResult, train_step
 from optimizer.problem import names, resolve_model
@@ -216,7 +215,7 @@ def estimate_serve(catalog: Catalog, model: str, gpu: str, gpus: int, input_len:
         "ttft_ms": r.ttft * 1e3, "tpot_ms": r.tpot * 1e3, "decode_step_ms": r.decode_step * 1e3,
         "decode_breakdown_ms": {k: v * 1e3 for k, v in r.decode_breakdown},
         # the KV cache read this many times a step (vLLM's unsplit PagedAttention V1 under GQA; else 1)
-        "kv_read_factor": unshared_kv_factor(spec, plan, r.batch / max(1, min(pp, r.batch))),
+        "kv_read_factor": r.kv_read_factor,
         "output_tokens_per_s": r.output_tokens_per_s * replicas,
         "total_tokens_per_s": r.total_tokens_per_s * replicas,
         "requests_per_s": r.requests_per_s * replicas,

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 import optimizer as go
 from optimizer.calibration import crossval
-from optimizer.calibration.bands import coverage, ratio_quantiles
+from optimizer.calibration.bands import QUANTILE_DECIMALS, coverage, ratio_quantiles
 from optimizer.calibration.data import (
     data_files,
     default_data_dir,
@@ -141,17 +141,10 @@ def test_no_parameter_is_keyed_to_a_single_row(datasets, catalog):
                 assert rows >= MIN_ROWS, (kind, name, key, rows)
 
 
-def _last_digit(number: float) -> float:
-    """One unit of the last digit ``number`` is written with (0.099 → 0.001, 1.343e-05 → 1e-08)."""
-    mantissa, _, exponent = repr(float(number)).partition("e")
-    decimals = len(mantissa.partition(".")[2].rstrip("0"))
-    return 10.0 ** (int(exponent or 0) - decimals)
-
-
 def _same_numbers(fitted, shipped, where: str = "") -> None:
-    """Same keys and strings; numbers within 0.5 % or one unit of the finer of the two last digits
-    written (a band quantile written to three decimals moves from 0.099 to 0.1 when the fit's 0.0995
-    moves in its fifth digit): the optimiser's last digits move with the numpy/scipy release, the fit
+    """Same keys and strings; numbers within 0.5 %, and a band quantile also within one unit of the
+    decimal it is written to (``bands.QUANTILE_DECIMALS``: the fit's 0.0995 is written 0.099 or 0.1
+    as its fifth digit moves): the optimiser's last digits move with the numpy/scipy release, the fit
     does not (one environment writes the same bytes every time)."""
     if isinstance(fitted, dict):
         assert isinstance(shipped, dict) and fitted.keys() == shipped.keys(), where
@@ -162,7 +155,7 @@ def _same_numbers(fitted, shipped, where: str = "") -> None:
         for i, (a, b) in enumerate(zip(fitted, shipped, strict=True)):
             _same_numbers(a, b, f"{where}[{i}]")
     elif isinstance(fitted, float | int) and not isinstance(fitted, bool):
-        digit = min(_last_digit(fitted), _last_digit(shipped)) * 1.001
+        digit = 1.001 * 10.0 ** -QUANTILE_DECIMALS if ".ratio_quantiles." in where else 1e-12
         assert shipped == pytest.approx(fitted, rel=5e-3, abs=digit), where
     else:
         assert fitted == shipped, where

@@ -48,6 +48,7 @@ GROUPS = ("calibrated", "extrapolated")
 Widening = dict[str, float]  # a factor per band and side: "calibrated/low", "at a batch/NVIDIA/calibrated/high"
 SERVING_RATES = ("output_tokens_per_s", "total_tokens_per_s")
 SIDES = ("low", "high")  # a band's widening below its median and above it
+QUANTILE_DECIMALS = 3  # a band's quantiles are written to this many decimals
 
 
 def group_of(c: Comparison) -> str:
@@ -96,7 +97,8 @@ def _log_quantiles(comparisons: list[Comparison]) -> tuple[float, dict[int, floa
 def _widened(raw: tuple[float, dict[int, float]], widening: float | tuple[float, float]) -> dict[int, float]:
     below, above = widening if isinstance(widening, tuple) else (widening, widening)
     median, levels = raw
-    return {q: round(math.exp(median + (v - median) * (below if q < 50 else above)), 3) for q, v in levels.items()}
+    return {q: round(math.exp(median + (v - median) * (below if q < 50 else above)), QUANTILE_DECIMALS)
+            for q, v in levels.items()}
 
 
 def throughput(comparisons) -> list[Comparison]:
@@ -148,7 +150,8 @@ def _groups(parts: dict[str, Any], fallback: dict[str, Any] | None, widening: Wi
             entry = {**part, "ratio_quantiles": _widened(part["raw"], k)}
         if group == "extrapolated" and "calibrated" in out:  # never narrower than the calibrated band
             cal = out["calibrated"]["ratio_quantiles"]
-            entry["ratio_quantiles"] = {q: round(min(v, cal[q]) if q < 50 else max(v, cal[q]) if q > 50 else v, 3)
+            entry["ratio_quantiles"] = {q: round(min(v, cal[q]) if q < 50 else max(v, cal[q]) if q > 50 else v,
+                                                  QUANTILE_DECIMALS)
                                         for q, v in entry["ratio_quantiles"].items()}
         out[group] = entry
     return out

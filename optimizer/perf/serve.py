@@ -82,6 +82,7 @@ class ServeTerms:
     weight_bytes: Num  # per GPU per micro-batch step (MoE: the experts touched)
     expert_bytes: Num  # of which the routed experts' (0 for a dense model)
     kv_bytes: Num  # per GPU per micro-batch step
+    kv_read_factor: Num  # times the step reads the KV cache (``unshared_kv_factor``; 1 but for vLLM's V1 kernel)
     gemm_flops: Num  # per GPU per micro-batch step
     expert_flops: Num  # of which the routed experts' GEMMs
     attention_flops: Num  # per GPU per micro-batch step
@@ -183,6 +184,7 @@ def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> Serv
     collectives = collectives_per_layer(plan)
     read = decode_weight_bytes(m, plan.precision, mb)  # the weights (and experts) one step touches
     replicated = replicated_attention_bytes(m, plan)
+    unshared = unshared_kv_factor(m, plan, mb)
     link = hw.group_link(plan.gpus)
     return ServeTerms(
         batch=float(batch), input_len=float(plan.input_len), output_len=float(plan.output_len),
@@ -193,7 +195,7 @@ def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> Serv
         weight_bytes=read / plan.gpus + replicated,
         expert_bytes=(read - weight_bytes(m, plan.precision)
                       + shape.expert_params(m) * BYTES[plan.precision]) / plan.gpus if m.moe else 0.0,
-        kv_bytes=mb * kv_bytes_per_gpu(m, plan, context) * unshared_kv_factor(m, plan, mb),
+        kv_bytes=mb * kv_bytes_per_gpu(m, plan, context) * unshared, kv_read_factor=unshared,
         gemm_flops=mb * 2.0 * active_matmul_params(m) / plan.gpus,
         expert_flops=mb * 2.0 * routed_matmul_params(m) / plan.gpus,
         attention_flops=mb * shape.attention_flops_per_token_layer(m, attended) * m.layers / plan.gpus,
@@ -344,7 +346,8 @@ def serve(m: ModelSpec, hw: Hardware, plan: ServePlan, params: ServeParams) -> S
     cap = max_batch(m, hw, plan)
     batch = plan.batch if plan.batch is not None else max(cap, 1)
     memory = serve_memory(m, plan, batch)
-    times = serve_time(serve_terms(m, hw, plan, batch), params)
+    terms = serve_terms(m, hw, plan, batch)
+    times = serve_time(terms, params)
     rate = float(times.output_tokens_per_s)
     return ServeResult(
         fits=sum(memory.values()) <= hw.device.memory * plan.memory_fraction and cap >= 1,
@@ -361,6 +364,7 @@ def serve(m: ModelSpec, hw: Hardware, plan: ServePlan, params: ServeParams) -> S
         total_tokens_per_s=rate * (plan.input_len + plan.output_len) / plan.output_len,
         requests_per_s=rate / plan.output_len,
         decode_breakdown=tuple((k, float(v)) for k, v in times.parts.items()),
+        kv_read_factor=float(terms.kv_read_factor),
     )
 
 

@@ -300,7 +300,7 @@ class ServePlan:
     # GUARANTEED_NO_EVICT, TGI's token budget): a full batch then holds sequences of every age
     kv_on_demand: bool = False
     # decode attention runs vLLM's generic PagedAttention kernels, which switch to V1 (no split of a
-    # sequence's context) once sequences x query heads pass 512 (``serve.unshared_kv_factor``)
+    # sequence's context) once sequences x query heads pass 512 (``serve_memory.unshared_kv_factor``)
     paged_v1v2: bool = False
     # attention data-parallel over the TP group: each GPU holds the attention weights whole and the KV
     # cache of its own sequences only; the MLP / experts stay split (TensorRT-LLM enable_attention_dp,
@@ -334,3 +334,4 @@ class ServeResult:
     total_tokens_per_s: float  # prompt + output tokens
     requests_per_s: float
     decode_breakdown: tuple[tuple[str, float], ...]
+    kv_read_factor: float = 1.0  # times a decode step reads the KV cache (``serve_memory.unshared_kv_factor``)
