@@ -274,3 +274,15 @@ def test_expert_gradients_reduce_over_the_expert_data_parallel_group(catalog):
     wide = TrainPlan(**{**plan.__dict__, "ep": 16})
     dense16 = params_per_gpu(m, wide) - expert_params(m) / 16
     assert data_parallel_comm(m, hw, wide)[0] == pytest.approx(dp_reduce_time(dense16 * 4.0, wide, hw))
+
+
+def test_a10g_all_reduce_runs_at_the_bus_bandwidth_measured_on_a_g5_instance(catalog):
+    """nccl-tests on a g5.12xlarge's four A10G (NCCL 2.18.5, pytorch/pytorch issue 127077): one
+    29,388,800-byte all-reduce in 14,207 us (busbw 3.10 GB/s). G5 has no usable peer-to-peer, so the
+    catalog's pcie4-g5 link is a tenth of a PCIe 4.0 server's with peer-to-peer."""
+    from optimizer.perf.comm import allreduce_time
+    g5 = catalog.hardware("a10g", "pcie-4", None)
+    assert g5.group_link(4).name == "pcie4-g5"
+    assert allreduce_time(29_388_800, 4, g5.group_link(4)) == pytest.approx(14_207e-6, rel=0.03)
+    with_p2p = catalog.hardware("a100-pcie-80gb", "pcie-4", None).group_link(4)
+    assert with_p2p.effective_bw > 3 * g5.group_link(4).effective_bw
