@@ -8,7 +8,7 @@ Speed is measured here, never asserted in tests.
 
 from __future__ import annotations
 
-import sys
+import argparse
 import time
 from pathlib import Path
 
@@ -41,4 +41,6 @@ def main(paths: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("problems", nargs="*", help="problem files (default: every problems/*.yaml)")
+    main(parser.parse_args().problems)
