@@ -268,8 +268,9 @@ def gpu_id(catalog: Catalog, text: str) -> str:
 
 def _tpot_text(out: dict[str, Any]) -> str:
     """TPOT as the decode step plus, under continuous batching, each token's share of the prompts
-    prefilled between the steps (the rest of a sequence's time per token)."""
-    prefill = out["tpot_ms"] - out["decode_step_ms"]
+    prefilled between the steps (the rest of a sequence's time per token). The share is the difference
+    of the two figures as printed, so that the printed sum adds up."""
+    prefill = round(out["tpot_ms"], 1) - round(out["decode_step_ms"], 1)
     if prefill > max(0.05, 0.01 * out["tpot_ms"]):
         return (f"TPOT {out['tpot_ms']:,.1f} ms = decode step {out['decode_step_ms']:,.1f} + {prefill:,.1f} ms of "
                 f"prompts prefilled between the steps; {_decode_step_text(out)}")

@@ -929,3 +929,15 @@ def test_vllm_0_6_1_on_rocm_is_its_own_stack_before_the_custom_paged_attention_k
                       ("dstack-h100-mi300x-fp8", "vllm-rocm-0.6")}
     assert catalog.efficiency.stack_keys("serving", "vllm-rocm-0.6.1", "cdna3", False)[:3] == [
         "vllm-rocm-0.6.1", "vllm-rocm-0.6", "vllm-rocm"]
+
+
+def test_vllm_releases_map_to_the_engine_they_ran():
+    """vLLM 0.8.0 made the V1 engine the default (vllm-project/vllm pull 15064): 0.9.2 is `vllm`,
+    0.6-0.7 the V0 releases `vllm-0.7`, 0.5 and earlier `vllm-0.5`; a ROCm build its own engine."""
+    from optimizer.calibration.serving import engine_of
+    aliases = load_aliases()
+    assert engine_of("vLLM v0.9.2 (vllm bench serve, ShareGPT)", aliases) == "vllm"
+    assert engine_of("vLLM 0.6.3.post2.dev308+gb489fc3c", aliases) == "vllm-0.7"
+    assert engine_of("vLLM 0.7.3", aliases) == "vllm-0.7"
+    assert engine_of("vLLM 0.5.4", aliases) == "vllm-0.5"
+    assert engine_of("vLLM 0.6.3.dev116+g151ef4ef on ROCm 6.1", aliases) == "vllm-rocm-0.6"

@@ -48,10 +48,10 @@ def test_renting_wins_a_short_horizon_and_buying_a_long_one(catalog):
     short = _solve({**data, "cost": {"horizon_years": 0.25}}, catalog)
     long = _solve({**data, "cost": {"horizon_years": 3}}, catalog)
     assert _kinds(short) == {"rent"} and short.solution.capex == 0 and short.solution.rent > 0
-    # H100 TP=4 replicas serve about 2,550 tokens/s each at the TPOT limit behind vLLM's API server:
-    # three years buy the 8-GPU server two of them fill; the third and the ~370 tokens/s left over
-    # (less than one A100 TP=2 pair serves) are rented, cheaper than a second server half used
-    assert _gpus(long) == {"buy": 8, "rent": 6}
+    # three years buy at least one whole 8-GPU server and rent less than three months do (whether
+    # the remainder is rented or a second server bought turns on a few percent of a replica's
+    # throughput: test_a_remainder_that_would_leave_a_server_part_empty_is_rented pins that case)
+    assert _gpus(long)["buy"] >= 8 and _gpus(long)["rent"] < _gpus(short)["rent"]
     # the break-even utilisation says the same: above 100 % for the short horizon, below for the long one
     assert summary(short, catalog)["break_even"][0]["break_even_utilisation"] > 1
     assert any(row["chosen"] == "buy" for row in summary(long, catalog)["break_even"])
