@@ -13,10 +13,11 @@ from typing import Any
 from optimizer.catalog import AT_BATCH, AT_MAX_LOAD, Catalog
 from optimizer.catalog.records import train_regime
 from optimizer.errors import CatalogError, ProblemError, suggest
+from optimizer.perf.comm import collective_latency
 from optimizer.perf.goodput import goodput
 from optimizer.perf.params import ServeParams, TrainParams
 from optimizer.perf.serve import DECODE_SUMMANDS, ServePlan, math_precision, serve
-from optimizer.perf.specs import ModelSpec, TrainPlan, as_precision, as_recompute
+from optimizer.perf.specs import Hardware, ModelSpec, TrainPlan, as_precision, as_recompute
 from optimizer.perf.train import TrainResult, train_step
 from optimizer.problem import names, resolve_model
 from optimizer.validation import parse_positive
@@ -219,6 +220,7 @@ def estimate_serve(catalog: Catalog, model: str, gpu: str, gpus: int, input_len:
         "output_tokens_per_s": r.output_tokens_per_s * replicas,
         "total_tokens_per_s": r.total_tokens_per_s * replicas,
         "requests_per_s": r.requests_per_s * replicas,
+        "tp_link": _tp_link(catalog, hw, tp, float(resolved.params.allreduce_latency)),
     }
     regime = AT_BATCH if per_replica is not None else AT_MAX_LOAD
     band = catalog.band("serve", bool(resolved.extrapolated), regime, catalog.vendor_of(gpu))
@@ -227,10 +229,32 @@ def estimate_serve(catalog: Catalog, model: str, gpu: str, gpus: int, input_len:
     return Estimate(out, _serve_lines(out, resolved.extrapolated))
 
 
+def _tp_link(catalog: Catalog, hw: Hardware, tp: int, latency_factor: float) -> dict[str, Any] | None:
+    """The link a replica's TP all-reduces cross (None without TP): its bus bandwidth and the time
+    of one all-reduce's fixed part as the engine runs it (``perf.comm.collective_latency`` times the
+    engine's ``allreduce_latency``), and whether the catalog's figure is an assumption."""
+    if tp <= 1:
+        return None
+    link = hw.group_link(tp)
+    record = catalog.links[link.name]
+    return {"id": link.name, "name": record.name, "bus_bandwidth_gbs": link.effective_bw / 1e9,
+            "latency_us": collective_latency(tp, link) * latency_factor * 1e6,
+            "assumption": record.assumption, "source": record.source}
+
+
+def _tp_link_line(link: dict[str, Any]) -> str:
+    """'TP all-reduces over pcie4-no-p2p (...): 16.0 GB/s bus bandwidth, 55 us each (...)': an assumed
+    figure says what it assumes; a sourced one points at catalogs/network.yaml (the JSON has the source)."""
+    sourced = f"an assumption: {link['source']}" if link["assumption"] else "sourced in catalogs/network.yaml"
+    return (f"TP all-reduces over {link['id']} ({link['name']}): {link['bus_bandwidth_gbs']:,.1f} GB/s bus "
+            f"bandwidth, {link['latency_us']:,.0f} us each as this engine runs them ({sourced})")
+
+
 def _serve_lines(out: dict[str, Any], extrapolated: tuple[str, ...]) -> tuple[str, ...]:
     """The text of a serving estimate, from its JSON record."""
     verdict = "fits" if out["fits"] else "DOES NOT FIT"
     lo, hi = out["band_90"]["output_tokens_per_s"]
+    link = (_tp_link_line(out["tp_link"]),) if out.get("tp_link") else ()
     return (
         f"{out['model']} on {out['gpus']} x {out['gpu']} ({out['server']}): {out['replicas']} replica(s) of "
         f"TP={out['tp']} PP={out['pp']}{' (attention data-parallel)' if out['attention_dp'] else ''}, "
@@ -247,6 +271,7 @@ def _serve_lines(out: dict[str, Any], extrapolated: tuple[str, ...]) -> tuple[st
         _if_it_fit(out) + f"{out['output_tokens_per_s']:,.0f} output tokens/s (90 % band {lo:,.0f}-{hi:,.0f}, "
         f"{out['band_90']['regime']}), {out['total_tokens_per_s']:,.0f} total tokens/s, "
         f"{out['requests_per_s']:,.2f} requests/s for the group",
+        *link,
     )
 
 
