@@ -22,6 +22,8 @@ from optimizer.perf.train import TrainResult, train_step
 from optimizer.problem import names, resolve_model
 from optimizer.validation import parse_positive
 
+HOST = "host_work"  # the decode step's host work, all of it (``perf.serve._decode_step``)
+
 
 @dataclass(frozen=True, eq=False)
 class Estimate:
@@ -308,12 +310,16 @@ def _decode_step_text(out: dict[str, Any]) -> str:
     gemm 26.0 + ...; gemm and attention are rooflines, smoothed at the ridge, of: ...'."""
     parts = out["decode_breakdown_ms"]
     summands = " + ".join(f"{k} {parts[k]:,.2f}" for k in DECODE_SUMMANDS if parts.get(k))
-    within = ", ".join(f"{k} {v:,.2f}" for k, v in parts.items() if k not in DECODE_SUMMANDS and v)
+    within = ", ".join(f"{k} {v:,.2f}" for k, v in parts.items() if k not in (*DECODE_SUMMANDS, HOST) and v)
+    hidden = parts.get(HOST, 0.0) - parts.get("overhead", 0.0)
+    shown = "all of it hidden" if parts.get("overhead", 0.0) < 0.005 else f"{hidden:,.2f} hidden, the rest is overhead"
+    overlap = (f"; the host's {parts[HOST]:,.2f} ms of work per step runs while the GPU runs the step before "
+               f"(the engine's overlap scheduler: {shown})") if hidden > 0.005 else ""
     factor = out.get("kv_read_factor", 1.0)
     unshared = (f" (the cache read {factor:.3g} times: vLLM's PagedAttention V1, unsplit once sequences x query "
                 f"heads pass 512, reads a GQA group's K and V once per query head)") if factor > 1.0 else ""
-    return f"decode step {out['decode_step_ms']:,.1f} ms = {summands}" + (
-        f"; gemm and attention are rooflines, smoothed at the ridge, of: {within}{unshared}" if within else "")
+    rooflines = f"; gemm and attention are rooflines, smoothed at the ridge, of: {within}{unshared}" if within else ""
+    return f"decode step {out['decode_step_ms']:,.1f} ms = {summands}{rooflines}{overlap}"
 
 
 def _stack(catalog: Catalog, kind: str, ident: str | None, gpu_id: str) -> str:

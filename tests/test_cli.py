@@ -235,6 +235,21 @@ def test_estimate_names_the_link_tp_all_reduces_cross_and_whether_it_is_assumed(
     assert one["tp_link"] is None
 
 
+def test_estimate_says_when_an_overlap_scheduler_hides_the_host_work():
+    """SGLang schedules the next step on the host while the GPU runs this one: its estimate says how
+    much host work the GPU's step hid, and the printed parts still add up to the step; vLLM's host
+    work adds to the step as "overhead"."""
+    args = ["estimate", "serve", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "1", "--input-len", "512",
+            "--output-len", "256", "--batch", "64"]
+    sglang = json.loads(run(*args, "--engine", "sglang", "--format", "json").output)
+    parts = sglang["decode_breakdown_ms"]
+    assert parts["host_work"] > parts["overhead"]
+    assert "the engine's overlap scheduler" in run(*args, "--engine", "sglang").output
+    vllm = json.loads(run(*args, "--engine", "vllm", "--format", "json").output)["decode_breakdown_ms"]
+    assert vllm["host_work"] == pytest.approx(vllm["overhead"])
+    assert "overlap scheduler" not in run(*args, "--engine", "vllm").output
+
+
 def test_stale_prices_are_flagged():
     """Issue 15, item 11: a price dated over 12 months before the catalog's prices says so."""
     import re

@@ -462,3 +462,25 @@ def test_vllms_unsplit_paged_attention_reads_a_gqa_groups_kv_once_per_query_head
     p = replace(plan, batch=65)
     assert serve_terms(mha, H100, p, 65).kv_bytes == pytest.approx(
         serve_terms(mha, H100, replace(p, paged_v1v2=False), 65).kv_bytes)
+
+
+def test_an_overlap_scheduler_hides_the_host_work_behind_the_gpus_step():
+    """SGLang 0.4's zero-overhead scheduler prepares step n + 1 on the host while the GPU runs step n
+    (NanoFlow): a decode step takes the longer of the two, where other engines pay their sum. The
+    step's parts still add up: "overhead" is the host work the GPU did not hide."""
+    plan = ServePlan(tp=8, input_len=512, output_len=256, batch=64, online=False)
+    params = ServeParams(seq_overhead=1e-5)  # 0.64 ms of host work per step at batch 64
+
+    def step(p: ServePlan, q: ServeParams) -> tuple[float, float]:
+        r = serve(SEED_70B, H100, p, q)
+        parts = dict(r.decode_breakdown)
+        return r.decode_step, parts["overhead"]
+
+    added, host = step(plan, params)
+    hidden, left = step(replace(plan, overlap_scheduler=True), params)
+    gpu = added - host
+    assert host == pytest.approx(64 * 1e-5) and hidden == pytest.approx(gpu) and left == 0.0
+    slow = replace(params, seq_overhead=1e-3)  # 64 ms of host work: longer than the GPU's step
+    added, host = step(plan, slow)
+    hidden, left = step(replace(plan, overlap_scheduler=True), slow)
+    assert hidden == pytest.approx(host) and left == pytest.approx(host - (added - host))

@@ -256,7 +256,8 @@ class Catalog:
                 "max_seqs": e.seq_cap(self.gpus[gpu_id].memory_bytes, self.gpus[gpu_id].family),
                 "reserved_memory": self.efficiency.reserved_memory, "fp16_accumulate": e.fp16_accumulate,
                 "prefill_ubatch": e.prefill_ubatch, "prefill_dequant": e.prefill_dequant,
-                "kv_on_demand": e.kv_on_demand, "paged_v1v2": e.paged_v1v2}
+                "kv_on_demand": e.kv_on_demand, "paged_v1v2": e.paged_v1v2,
+                "overlap_scheduler": e.overlap_scheduler}
 
 
 def _bus_gbs(bus_id: str) -> float:

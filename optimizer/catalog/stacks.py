@@ -72,6 +72,7 @@ class Engine(_Record):
     prefill_dequant: bool = False  # prompt GEMMs of weight-only formats dequantise into a 16-bit copy first
     kv_on_demand: bool = False  # KV blocks are taken as tokens are generated, not reserved for the whole request
     paged_v1v2: bool = False  # decode attention by vLLM's generic PagedAttention V1/V2 kernels and their switch
+    overlap_scheduler: bool = False  # the host prepares the next decode step while the GPU runs this one
     traits: str
     source: str
 
@@ -349,3 +350,4 @@ class ServeTraits(TypedDict):
     prefill_dequant: bool
     kv_on_demand: bool
     paged_v1v2: bool
+    overlap_scheduler: bool

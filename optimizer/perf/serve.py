@@ -82,6 +82,7 @@ class ServeTerms:
     weight_bytes: Num  # per GPU per micro-batch step (MoE: the experts touched)
     expert_bytes: Num  # of which the routed experts' (0 for a dense model)
     kv_bytes: Num  # per GPU per micro-batch step
+    overlap: Num  # 1: the host's work per step overlaps the GPU's (an overlap scheduler); 0: it adds to it
     kv_read_factor: Num  # times the step reads the KV cache (``unshared_kv_factor``; 1 but for vLLM's V1 kernel)
     gemm_flops: Num  # per GPU per micro-batch step
     expert_flops: Num  # of which the routed experts' GEMMs
@@ -196,6 +197,7 @@ def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> Serv
         expert_bytes=(read - weight_bytes(m, plan.precision)
                       + shape.expert_params(m) * BYTES[plan.precision]) / plan.gpus if m.moe else 0.0,
         kv_bytes=mb * kv_bytes_per_gpu(m, plan, context) * unshared, kv_read_factor=unshared,
+        overlap=1.0 if plan.overlap_scheduler else 0.0,
         gemm_flops=mb * 2.0 * active_matmul_params(m) / plan.gpus,
         expert_flops=mb * 2.0 * routed_matmul_params(m) / plan.gpus,
         attention_flops=mb * shape.attention_flops_per_token_layer(m, attended) * m.layers / plan.gpus,
@@ -277,17 +279,23 @@ def _decode_step(t: ServeTerms, p: ServeParams, share: Num = 1.0) -> tuple[Num, 
         p.seq_overhead + t.online * p.server_seq_overhead)
     launches = t.layers * p.layer_overhead  # per stage: kernel launches not captured in a CUDA graph
     handoff = _handoff(t, p, share * t.batch / np.minimum(t.stages, t.batch))  # a micro-batch's sequences
-    step = t.slots * (work + exposed + t.send + launches + handoff) + overhead
+    gpu = t.slots * (work + exposed + t.send + launches + handoff)
+    # an overlap scheduler prepares step n + 1 on the host while the GPU runs step n (NanoFlow, Zhu et
+    # al. 2024, arXiv 2408.12757; SGLang 0.4's zero-overhead batch scheduler): the host's work shows
+    # only where it outlasts the GPU's, so "overhead" is what is left of it
+    exposed_host = np.where(t.overlap > 0, np.maximum(overhead - gpu, 0.0), overhead)
+    step = gpu + exposed_host
     parts = {"weights_read": t.slots * weights / bw, "kv_read": t.slots * share * t.kv_bytes / (t.mem_bw * p.kv_bw),
              "compute": t.slots * (compute + share * t.attention_flops / (t.peak_16bit * p.attention)),
              "gemm": t.slots * gemm, "attention": t.slots * attention, "tp_comm": t.slots * exposed,
              "pp_send": t.slots * t.send, "pp_handoff": t.slots * handoff, "launches": t.slots * launches,
-             "overhead": overhead}
+             "overhead": exposed_host, "host_work": overhead}
     return step, parts
 
 
 # the parts of ``_decode_step``'s parts dict that add up to the step (the others are the two sides of
-# the rooflines gemm and attention are: weights and KV cache read, FLOPs)
+# the rooflines gemm and attention are: weights and KV cache read, FLOPs; and the host's whole work
+# per step, of which "overhead" is the share an overlap scheduler leaves showing)
 DECODE_SUMMANDS = ("gemm", "attention", "tp_comm", "pp_send", "pp_handoff", "launches", "overhead")
 
 

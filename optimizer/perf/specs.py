@@ -302,6 +302,9 @@ class ServePlan:
     # decode attention runs vLLM's generic PagedAttention kernels, which switch to V1 (no split of a
     # sequence's context) once sequences x query heads pass 512 (``serve_memory.unshared_kv_factor``)
     paged_v1v2: bool = False
+    # the engine prepares the next decode step on the host while the GPU runs this one (SGLang 0.4's
+    # zero-overhead batch scheduler): a step takes the longer of the two, not their sum
+    overlap_scheduler: bool = False
     # attention data-parallel over the TP group: each GPU holds the attention weights whole and the KV
     # cache of its own sequences only; the MLP / experts stay split (TensorRT-LLM enable_attention_dp,
     # SGLang --enable-dp-attention --dp-size)
