@@ -13,7 +13,7 @@ from typing import Any
 from optimizer.catalog import AT_BATCH, AT_MAX_LOAD, Catalog
 from optimizer.catalog.records import train_regime
 from optimizer.errors import CatalogError, ProblemError, suggest
-from optimizer.perf.comm import collective_latency
+from optimizer.perf.comm import tp_allreduce_parts, tp_link
 from optimizer.perf.goodput import goodput
 from optimizer.perf.params import ServeParams, TrainParams
 from optimizer.perf.serve import DECODE_SUMMANDS, ServePlan, math_precision, serve
@@ -222,7 +222,7 @@ def estimate_serve(catalog: Catalog, model: str, gpu: str, gpus: int, input_len:
         "output_tokens_per_s": r.output_tokens_per_s * replicas,
         "total_tokens_per_s": r.total_tokens_per_s * replicas,
         "requests_per_s": r.requests_per_s * replicas,
-        "tp_link": _tp_link(catalog, hw, tp, float(resolved.params.allreduce_latency)),
+        "tp_link": _tp_link(catalog, hw, plan, float(resolved.params.allreduce_latency)),
     }
     regime = AT_BATCH if per_replica is not None else AT_MAX_LOAD
     band = catalog.band("serve", bool(resolved.extrapolated), regime, catalog.vendor_of(gpu))
@@ -231,16 +231,16 @@ def estimate_serve(catalog: Catalog, model: str, gpu: str, gpus: int, input_len:
     return Estimate(out, _serve_lines(out, resolved.extrapolated))
 
 
-def _tp_link(catalog: Catalog, hw: Hardware, tp: int, latency_factor: float) -> dict[str, Any] | None:
-    """The link a replica's TP all-reduces cross (None without TP): its bus bandwidth and the time
-    of one all-reduce's fixed part as the engine runs it (``perf.comm.collective_latency`` times the
-    engine's ``allreduce_latency``), and whether the catalog's figure is an assumption."""
-    if tp <= 1:
+def _tp_link(catalog: Catalog, hw: Hardware, plan: ServePlan, latency_factor: float) -> dict[str, Any] | None:
+    """The link a replica's TP all-reduces cross, as the performance model takes it (``perf.comm.tp_link``;
+    None without TP): its bus bandwidth, the fixed time of one all-reduce as the engine runs it (the
+    model's latency times the engine's ``allreduce_latency``), and whether the catalog assumes the figure."""
+    link = tp_link(hw, plan.tp)
+    if link is None:
         return None
-    link = hw.group_link(tp)
     record = catalog.links[link.name]
     return {"id": link.name, "name": record.name, "bus_bandwidth_gbs": link.effective_bw / 1e9,
-            "latency_us": collective_latency(tp, link) * latency_factor * 1e6,
+            "latency_us": tp_allreduce_parts(0.0, hw, plan.tp)[1] * latency_factor * 1e6,
             "assumption": record.assumption, "source": record.source}
 
 
@@ -312,9 +312,11 @@ def _decode_step_text(out: dict[str, Any]) -> str:
     summands = " + ".join(f"{k} {parts[k]:,.2f}" for k in DECODE_SUMMANDS if parts.get(k))
     within = ", ".join(f"{k} {v:,.2f}" for k, v in parts.items() if k not in (*DECODE_SUMMANDS, HOST) and v)
     hidden = parts.get(HOST, 0.0) - parts.get("overhead", 0.0)
-    shown = "all of it hidden" if parts.get("overhead", 0.0) < 0.005 else f"{hidden:,.2f} hidden, the rest is overhead"
-    overlap = (f"; the host's {parts[HOST]:,.2f} ms of work per step runs while the GPU runs the step before "
-               f"(the engine's overlap scheduler: {shown})") if hidden > 0.005 else ""
+    overlap = ""
+    if hidden > 0.005:  # an overlap scheduler hid some of the host's work (``perf.serve._decode_step``)
+        shown = "all of it hidden" if parts["overhead"] < 0.005 else f"{hidden:,.2f} hidden, the rest is overhead"
+        overlap = (f"; the host's {parts[HOST]:,.2f} ms of work per step runs while the GPU runs the step before "
+                   f"(the engine's overlap scheduler: {shown})")
     factor = out.get("kv_read_factor", 1.0)
     unshared = (f" (the cache read {factor:.3g} times: vLLM's PagedAttention V1, unsplit once sequences x query "
                 f"heads pass 512, reads a GQA group's K and V once per query head)") if factor > 1.0 else ""

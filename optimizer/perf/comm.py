@@ -24,6 +24,20 @@ def collective_latency(n: int, link: Link) -> float:
     return link.latency * max(1.0, math.log2(n) / 3.0)
 
 
+def tp_link(hw: Hardware, tp: int) -> Link | None:
+    """The link a TP group's all-reduces cross inside one node (None without TP)."""
+    return hw.group_link(tp) if tp > 1 else None
+
+
+def tp_allreduce_parts(nbytes: float, hw: Hardware, tp: int) -> tuple[float, float]:
+    """(bandwidth seconds, latency seconds) of one all-reduce of ``nbytes`` over ``tp_link``: the
+    parts of ``allreduce_time`` kept apart (a serving engine scales the latency its own way)."""
+    link = tp_link(hw, tp)
+    if link is None:
+        return 0.0, 0.0
+    return 2.0 * (tp - 1) / tp * nbytes / link.effective_bw, collective_latency(tp, link)
+
+
 def allreduce_time(nbytes: float, n: int, link: Link) -> float:
     """Ring all-reduce of ``nbytes`` among ``n`` ranks: 2(n−1)/n of it crosses each link."""
     if n <= 1 or nbytes <= 0:

@@ -30,7 +30,7 @@ import numpy as np
 
 from optimizer.perf import model as shape
 from optimizer.perf.burst import burst_prefill_share, burst_ttft, longest_share
-from optimizer.perf.comm import collective_latency, p2p_time
+from optimizer.perf.comm import p2p_time, tp_allreduce_parts
 from optimizer.perf.params import Num, ServeParams
 from optimizer.perf.roofline import roofline
 from optimizer.perf.serve_memory import (
@@ -149,14 +149,6 @@ def routed_matmul_params(m: ModelSpec) -> float:
     return m.moe_layers * m.experts_active * m.mlp_matrices * m.hidden * m.expert_ffn_hidden
 
 
-def _allreduce_parts(nbytes: float, hw: Hardware, plan: ServePlan) -> tuple[float, float]:
-    """(bandwidth seconds, latency seconds) of one TP all-reduce of ``nbytes``."""
-    if plan.tp <= 1:
-        return 0.0, 0.0
-    link = hw.group_link(plan.tp)
-    return 2.0 * (plan.tp - 1) / plan.tp * nbytes / link.effective_bw, collective_latency(plan.tp, link)
-
-
 def collectives_per_layer(plan: ServePlan) -> int:
     """All-reduce equivalents per layer in a TP group. Tensor parallelism all-reduces twice (after
     attention and after the MLP; Shoeybi et al. 2019, fig. 3). With attention data parallelism
@@ -176,12 +168,12 @@ def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> Serv
     context = plan.input_len + plan.output_len / 2.0  # mean context over a sequence's life
     micro = min(plan.pp, batch)
     mb = batch / micro
-    ar_bw, ar_lat = _allreduce_parts(mb * m.hidden * ACT_BYTES, hw, plan)
+    ar_bw, ar_lat = tp_allreduce_parts(mb * m.hidden * ACT_BYTES, hw, plan.tp)
     attended = m.attended(context)
     prompts = batch if plan.batching == "static" else min(batch, PREFILL_BATCH)
     s = plan.input_len
     chunks = math.ceil(s / plan.prefill_ubatch) if plan.prefill_ubatch else 1
-    p_bw, p_lat = _allreduce_parts(s * m.hidden * ACT_BYTES, hw, plan)
+    p_bw, p_lat = tp_allreduce_parts(s * m.hidden * ACT_BYTES, hw, plan.tp)
     collectives = collectives_per_layer(plan)
     read = decode_weight_bytes(m, plan.precision, mb)  # the weights (and experts) one step touches
     replicated = replicated_attention_bytes(m, plan)
