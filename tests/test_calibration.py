@@ -497,6 +497,53 @@ def test_engine_kernel_efficiencies_are_looked_up_per_gpu_family(catalog):
     assert all("@" not in key for p in eff.table.training.values() for key in p.stacks)
 
 
+def test_an_engine_release_may_run_below_the_range_its_gpu_family_keeps(catalog):
+    """A GPU family's value of prefill GEMM efficiency stays in the parameter's range; an engine's
+    multiplier may take the product down to ``stack_floor``, as vLLM 0.6 on ROCm prefilled at 6-7 %
+    of MI300X's dense peak where TGI on the same GPUs reached 20 %. A parameter without a floor of its
+    own (training's GEMM efficiency) keeps its range. The fit and the catalog lookup clamp alike."""
+    import numpy as np
+
+    from optimizer.calibration import fit as fitting
+    from optimizer.catalog.stacks import MULTIPLIER_RANGE
+
+    eff = catalog.efficiency
+    gemm = eff.table.serving["gemm"]
+    lo, hi = gemm.range
+
+    def with_values(family_value: float, engine_multiplier: float):
+        param = gemm.model_copy(update={
+            "hardware": {**gemm.hardware, "cdna3/bf16": gemm.hardware["cdna3/bf16"].model_copy(
+                update={"value": family_value})},
+            "stacks": {**gemm.stacks, "vllm-rocm-0.6.1@cdna3/bf16": gemm.stacks[
+                "vllm-rocm-0.6.1@cdna3/bf16"].model_copy(update={"value": engine_multiplier})}})
+        table = eff.table.model_copy(update={"serving": {**eff.table.serving, "gemm": param}})
+        return replace(eff, table=table).resolve("serving", "cdna3", "bf16", "vllm-rocm-0.6.1").params.gemm
+
+    assert with_values(lo, 0.4) == pytest.approx(0.4 * lo)  # below the range, by the engine's multiplier
+    assert gemm.stack_floor == pytest.approx(lo * MULTIPLIER_RANGE[0])
+    assert with_values(lo, 0.01) == pytest.approx(gemm.stack_floor)  # no lower than its floor
+    assert with_values(hi, 1.5) == pytest.approx(hi)
+    # the fit's gather: a family's own slot is bounded by the range, the product by range × multiplier
+    contexts = [("cdna3", "bf16", "vllm-rocm-0.6.1")] * 3 + [("cdna3", "bf16", "vllm")] * 3
+    layout = fitting.Layout("serving", eff, contexts, {name: np.ones(6, dtype=bool) for name in eff.table.serving},
+                            list(range(6)))
+    x = np.array([s.lo if s.key.startswith(("hw:", "default")) else 1.0 for s in layout.slots])
+    assert layout.values(x)["gemm"] == pytest.approx(np.full(6, lo))
+    release = layout.stack_index["gemm"][0]
+    x[release] = layout.slots[release].lo
+    assert layout.slots[release].lo == MULTIPLIER_RANGE[0]
+    assert layout.values(x)["gemm"] == pytest.approx([gemm.stack_floor] * 3 + [lo] * 3)
+    train = eff.table.training["gemm"]
+    assert train.multiply and train.stack_floor is None
+    low = train.model_copy(update={"stacks": {**train.stacks, "torchtitan": train.stacks["torchtitan"].model_copy(
+        update={"value": 0.2})}, "hardware": {k: v.model_copy(update={"value": train.range[0]})
+                                              for k, v in train.hardware.items()}})
+    table = eff.table.model_copy(update={"training": {**eff.table.training, "gemm": low}})
+    assert replace(eff, table=table).resolve("training", "hopper", "bf16", "torchtitan").params.gemm == pytest.approx(
+        train.range[0])
+
+
 def test_fp16_and_bf16_share_their_efficiency_values(catalog, datasets):
     """One tensor-core rate, one set of kernels: an FP16 run reads (and is fitted into) the bf16 value
     of its GPU family, for training and serving alike, and no fp16 value is stored."""

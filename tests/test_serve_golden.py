@@ -484,3 +484,22 @@ def test_an_overlap_scheduler_hides_the_host_work_behind_the_gpus_step():
     added, host = step(plan, slow)
     hidden, left = step(replace(plan, overlap_scheduler=True), slow)
     assert hidden == pytest.approx(host) and left == pytest.approx(host - (added - host))
+
+
+def test_a_prompt_multiplies_the_lm_head_once_for_its_last_token():
+    """Engines sample only each prompt's last position (vLLM's and SGLang's LogitsProcessor on the
+    selected positions, TensorRT-LLM without gather_context_logits), so a prompt of s tokens costs
+    2·(a layer's weights·layers·s + vocab·hidden) FLOPs; a decode token still goes through the head.
+    For Llama 3 8B's 128,256-token vocabulary and a 2,048-token prompt the head for every token would
+    have added 7.5 % to the prompt's GEMM FLOPs."""
+    from optimizer.perf import model as shape
+    from optimizer.perf.serve import serve_terms
+
+    llama3_8b = ModelSpec("llama3-8b", 32, 4096, 32, 8, 14_336, 128_256, 8192, "swiglu")
+    t = serve_terms(llama3_8b, RTX4090, ServePlan(input_len=2048, output_len=1, batch=1), 1)
+    layers = shape.matmul_params_per_layer(llama3_8b) * llama3_8b.layers
+    head = 128_256 * 4096
+    assert t.prefill_gemm_flops == pytest.approx(2.0 * (layers * 2048 + head))
+    assert t.gemm_flops == pytest.approx(2.0 * (layers + head))
+    every_token = 2.0 * (layers + head) * 2048
+    assert every_token / t.prefill_gemm_flops - 1 == pytest.approx(0.075, abs=0.002)

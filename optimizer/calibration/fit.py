@@ -29,7 +29,7 @@ from typing import Literal
 import numpy as np
 from scipy.optimize import least_squares
 
-from optimizer.catalog.stacks import Efficiency, Parameter
+from optimizer.catalog.stacks import MULTIPLIER_RANGE, Efficiency, Parameter
 from optimizer.perf.params import ServeParams, TrainParams
 
 MIN_ROWS = 3  # rows a specific value needs behind it
@@ -157,7 +157,7 @@ class Layout:
         for key in sorted(keys, key=lambda k: (len(_more_general(eff, kind, k)), k)):
             up = slot_of[up_key] if (up_key := parent[key]) else -1
             if p.multiply:
-                slot = Slot(name, f"stack:{key}", 1.0, 0.2, 1.5, up, 0.0, 1.0, True)
+                slot = Slot(name, f"stack:{key}", 1.0, *MULTIPLIER_RANGE, up, 0.0, 1.0, True)
             else:
                 lo, hi = p.range
                 # an unpooled parameter's stack values say nothing of each other's or the default's
@@ -195,6 +195,8 @@ class _Gather:
         column = (len(self.names), 1)
         self.multiply = np.array([layout.params[n].multiply for n in self.names]).reshape(column)
         self.lo = np.array([layout.params[n].range[0] for n in self.names], dtype=float).reshape(column)
+        floor = [p.range[0] if (p := layout.params[n]).stack_floor is None else p.stack_floor for n in self.names]
+        self.floor = np.where(self.has_stack, np.array(floor, dtype=float).reshape(column), self.lo)
         self.hi = np.array([layout.params[n].range[1] for n in self.names], dtype=float).reshape(column)
         slots = layout.slots
         self.log = np.array([s.log for s in slots], dtype=bool)
@@ -206,7 +208,7 @@ class _Gather:
     def values(self, x: np.ndarray) -> dict[str, np.ndarray]:
         own, stack = x[self.hw], x[self.stack]
         value = np.where(self.has_stack, np.where(self.multiply, own * stack, stack), own)
-        value = np.clip(value, self.lo, self.hi)
+        value = np.clip(value, self.floor, self.hi)
         return {name: value[i] for i, name in enumerate(self.names)}
 
     def penalties(self, x: np.ndarray) -> np.ndarray:

@@ -19,7 +19,7 @@ from optimizer.calibration.crossval import Dataset, Validation
 from optimizer.calibration.data import Kind, data_files
 from optimizer.calibration.fit import FitResult
 from optimizer.catalog import Catalog
-from optimizer.catalog.stacks import EfficiencyFile
+from optimizer.catalog.stacks import EfficiencyFile, Parameter
 
 EFFICIENCY_HEADER = """\
 # Efficiency parameters of the performance model (optimizer/perf/params.py), fitted by `gpuopt fit`
@@ -93,6 +93,19 @@ def _head(table: EfficiencyFile, fits: dict[str, tuple[FitResult, Dataset, dict]
     return data
 
 
+def _declared(p: Parameter) -> dict[str, Any]:
+    """A parameter's hand-written part (what it means, its range and prior), in file order."""
+    entry: dict[str, Any] = {"meaning": p.meaning, "range": list(p.range), "prior": p.prior,
+                             "prior_source": p.prior_source, "by": list(p.by)}
+    if p.multiply:
+        entry["multiply"] = True
+    if p.stack_floor is not None:
+        entry.update(stack_floor=p.stack_floor, stack_floor_source=p.stack_floor_source)
+    if not p.pooled:
+        entry["pooled"] = False
+    return entry
+
+
 def efficiency_yaml(table: EfficiencyFile, fits: dict[str, tuple[FitResult, Dataset, dict]], fitted: str) -> str:
     data = _head(table, fits, fitted)
     for kind in ("training", "serving"):
@@ -106,12 +119,7 @@ def efficiency_yaml(table: EfficiencyFile, fits: dict[str, tuple[FitResult, Data
                 "stacks": dict(sorted(_count(c.stack for c in ds.cases).items())),
             }
         for name, p in params.items():
-            entry: dict[str, Any] = {"meaning": p.meaning, "range": list(p.range), "prior": p.prior,
-                                     "prior_source": p.prior_source, "by": list(p.by)}
-            if p.multiply:
-                entry["multiply"] = True
-            if not p.pooled:
-                entry["pooled"] = False
+            entry = _declared(p)
             entry.update(default=p.default.model_dump(), hardware={}, stacks={})
             if kind in fits:
                 for slot, x, (rows, srcs) in zip(result.layout.slots, result.x, support, strict=True):

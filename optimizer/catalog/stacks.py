@@ -96,6 +96,9 @@ class Value(_Record):
     sources: int = Field(default=0, ge=0)
 
 
+MULTIPLIER_RANGE = (0.2, 1.5)  # a stack's multiplier of a ``multiply`` parameter
+
+
 class Parameter(_Record):
     meaning: str
     range: tuple[float, float]
@@ -106,6 +109,10 @@ class Parameter(_Record):
     by: tuple[Literal["hardware", "stack", "stack@family", "stack@precision"], ...] = ()
     default: Value
     multiply: bool = False  # stack values multiply the hardware value (else they replace it)
+    # a multiplied parameter: how low a stack's multiplier may take the product (else the range's low
+    # end), the family's own value keeping the range: one engine release's kernels, not the GPU's
+    stack_floor: float | None = None
+    stack_floor_source: str = ""
     pooled: bool = True  # stack values shrink toward the default (else each toward the prior, on its own)
     hardware: dict[str, Value] = {}  # "family" or "family/precision" → value
     stacks: dict[str, Value] = {}  # stack or engine id (or "id@family", "id@family/precision") → value (or multiplier)
@@ -115,6 +122,10 @@ class Parameter(_Record):
         if "stack@precision" in self.by and "stack@family" not in self.by:
             raise ValueError("'stack@precision' refines 'stack@family': list both")
         lo, hi = self.range
+        if self.stack_floor is not None and not (self.multiply and 0 < self.stack_floor <= lo
+                                                 and self.stack_floor_source):
+            raise ValueError(f"stack_floor {self.stack_floor} needs multiply: true, a value in (0, {lo}] "
+                             "and a stack_floor_source")
         values = [("default", self.default)] + list(self.hardware.items())
         if not self.multiply:
             values += list(self.stacks.items())
@@ -265,11 +276,12 @@ class Efficiency:
             hw_key = next((k for f in families for k in (f"{f}/{precision}", f) if k in param.hardware), "")
             st_key = next((s for s in self.param_stack_keys(kind, param, stack, family, precision)
                            if s in param.stacks), "")
-            value = param.hardware[hw_key].value if hw_key else param.default.value
+            lo, hi = param.range
+            value = min(max(param.hardware[hw_key].value if hw_key else param.default.value, lo), hi)
             if st_key:
                 value = value * param.stacks[st_key].value if param.multiply else param.stacks[st_key].value
-            lo, hi = param.range
-            values[name] = min(max(value, lo), hi)
+            floor = param.stack_floor if st_key and param.stack_floor is not None else lo
+            values[name] = min(max(value, floor), hi)
             keys.append((name, hw_key or "default", st_key))
         cls = TrainParams if kind == "training" else ServeParams
         return Resolved(cls(**values), tuple(keys), tuple(sorted(gaps)))

@@ -203,3 +203,10 @@ def tp_bound(hidden: int, peak_flops: float, link_bw_one_way: float, bytes_per_v
     ``t ≤ 6·h·bw / (bytes·peak)``.
     """
     return 6.0 * hidden * link_bw_one_way / (bytes_per_value * peak_flops)
+
+
+def prefill_matmul_params(m: ModelSpec, s: float) -> float:
+    """Weights a prompt of ``s`` tokens multiplies by, summed over its tokens: every layer for each, the
+    LM head for the last alone, whose logits are sampled (vLLM's and SGLang's ``LogitsProcessor`` on the
+    selected positions; TensorRT-LLM without ``gather_context_logits``)."""
+    return matmul_params_per_layer(m) * m.layers * s + m.vocab * m.hidden

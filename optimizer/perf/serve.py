@@ -196,10 +196,10 @@ def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> Serv
         comm_bw=layers * collectives * ar_bw, comm_latency=layers * collectives * ar_lat,
         send=p2p_time(mb * m.hidden * ACT_BYTES, link) if plan.pp > 1 else 0.0,
         prefill_prompts=float(prompts), prefill_chunks=float(chunks),
-        prefill_gemm_flops=2.0 * active_matmul_params(m) * s / plan.gpus,
+        prefill_gemm_flops=2.0 * shape.prefill_matmul_params(m, s) / plan.gpus,
         prefill_expert_flops=2.0 * routed_matmul_params(m) * s / plan.gpus,
-        prefill_gemm_per_width=_per_width(m, plan, s, prompts * s / chunks),
-        prefill_one_gemm_per_width=_per_width(m, plan, s, s / chunks),
+        prefill_gemm_per_width=_per_width(m, plan, s, prompts),
+        prefill_one_gemm_per_width=_per_width(m, plan, s, 1.0),
         # causal attention over the prompt: a token attends to s/2 others on average (2·s²·h per layer)
         prefill_attention_flops=s * shape.attention_flops_per_token_layer(m, m.attended(s / 2.0)) * m.layers
         / plan.gpus,
@@ -213,11 +213,14 @@ def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> Serv
     )
 
 
-def _per_width(m: ModelSpec, plan: ServePlan, tokens: float, rows: float) -> float:
-    """Σ FLOPs / narrowest side of a prompt's GEMMs on one GPU when ``rows`` tokens go through at once."""
+def _per_width(m: ModelSpec, plan: ServePlan, tokens: float, prompts: float) -> float:
+    """Σ FLOPs / narrowest side of a prompt's GEMMs on one GPU when ``prompts`` prompts of ``tokens``
+    tokens go through together, in chunks; the LM head takes one row a prompt (``model.prefill_matmul_params``)."""
+    chunks = math.ceil(tokens / plan.prefill_ubatch) if plan.prefill_ubatch else 1
+    rows = prompts * tokens / chunks
     layers = sum(2.0 * flops / width for flops, width in shape.gemm_shapes(m, plan.tp, 1, rows)) * m.layers
-    head = 2.0 * m.vocab * m.hidden / plan.tp / max(1.0, min(m.hidden, m.vocab / plan.tp, rows))
-    return tokens * (layers / 2.0 + head) / plan.pp
+    head = 2.0 * m.vocab * m.hidden / plan.tp / max(1.0, min(m.hidden, m.vocab / plan.tp, prompts))
+    return (tokens * layers / 2.0 + head) / plan.pp
 
 
 def _prefill_stage(t: ServeTerms, p: ServeParams, prompts: Num, per_width: Num) -> Num:

@@ -60,7 +60,6 @@ def serve_terms_at(m: ModelSpec, hw: Hardware, plan: ServePlan, batches: np.ndar
             else np.full(len(b), decode_weight_bytes(m, plan.precision, 1.0)))
     prompts = b if plan.batching == "static" else np.minimum(b, PREFILL_BATCH)
     s = plan.input_len
-    chunks = math.ceil(s / plan.prefill_ubatch) if plan.prefill_ubatch else 1
     link = hw.group_link(plan.gpus)
     experts = (read - weight_bytes(m, plan.precision) + shape.expert_params(m) * BYTES[plan.precision]) / plan.gpus
     return replace(
@@ -74,7 +73,7 @@ def serve_terms_at(m: ModelSpec, hw: Hardware, plan: ServePlan, batches: np.ndar
         comm_bw=layers * collectives_per_layer(plan) * ar_bw,
         send=(mb * m.hidden * ACT_BYTES / link.effective_bw + link.latency) if plan.pp > 1 else 0.0,
         prefill_prompts=prompts.astype(float),
-        prefill_gemm_per_width=_distinct(prompts, lambda p: _per_width(m, plan, s, p * s / chunks)),
+        prefill_gemm_per_width=_distinct(prompts, lambda p: _per_width(m, plan, s, p)),
     )
 
 
