@@ -277,7 +277,7 @@ class Efficiency:
             st_key = next((s for s in self.param_stack_keys(kind, param, stack, family, precision)
                            if s in param.stacks), "")
             lo, hi = param.range
-            value = min(max(param.hardware[hw_key].value if hw_key else param.default.value, lo), hi)
+            value = param.hardware[hw_key].value if hw_key else param.default.value  # in range (``_in_range``)
             if st_key:
                 value = value * param.stacks[st_key].value if param.multiply else param.stacks[st_key].value
             floor = param.stack_floor if st_key and param.stack_floor is not None else lo

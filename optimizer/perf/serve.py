@@ -138,8 +138,9 @@ def math_precision(dev: Device, precision: str) -> str:
 
 
 def active_matmul_params(m: ModelSpec) -> float:
-    """Weights a token multiplies by: every layer's active matmuls and the LM head."""
-    return shape.matmul_params_per_layer(m) * m.layers + m.vocab * m.hidden
+    """Weights a token multiplies by: every layer's active matmuls and the LM head (a decode token is
+    a one-token prompt: ``model.prefill_matmul_params``)."""
+    return shape.prefill_matmul_params(m, 1.0)
 
 
 def routed_matmul_params(m: ModelSpec) -> float:
@@ -172,7 +173,7 @@ def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> Serv
     attended = m.attended(context)
     prompts = batch if plan.batching == "static" else min(batch, PREFILL_BATCH)
     s = plan.input_len
-    chunks = math.ceil(s / plan.prefill_ubatch) if plan.prefill_ubatch else 1
+    chunks = _chunks(plan)
     p_bw, p_lat = tp_allreduce_parts(s * m.hidden * ACT_BYTES, hw, plan.tp)
     collectives = collectives_per_layer(plan)
     read = decode_weight_bytes(m, plan.precision, mb)  # the weights (and experts) one step touches
@@ -213,11 +214,15 @@ def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> Serv
     )
 
 
+def _chunks(plan: ServePlan) -> int:
+    """Micro-batches a prompt is prefilled in (llama.cpp's ``n_ubatch``; 1 for other engines)."""
+    return math.ceil(plan.input_len / plan.prefill_ubatch) if plan.prefill_ubatch else 1
+
+
 def _per_width(m: ModelSpec, plan: ServePlan, tokens: float, prompts: float) -> float:
     """Σ FLOPs / narrowest side of a prompt's GEMMs on one GPU when ``prompts`` prompts of ``tokens``
     tokens go through together, in chunks; the LM head takes one row a prompt (``model.prefill_matmul_params``)."""
-    chunks = math.ceil(tokens / plan.prefill_ubatch) if plan.prefill_ubatch else 1
-    rows = prompts * tokens / chunks
+    rows = prompts * tokens / _chunks(plan)
     layers = sum(2.0 * flops / width for flops, width in shape.gemm_shapes(m, plan.tp, 1, rows)) * m.layers
     head = 2.0 * m.vocab * m.hidden / plan.tp / max(1.0, min(m.hidden, m.vocab / plan.tp, prompts))
     return (tokens * layers / 2.0 + head) / plan.pp
