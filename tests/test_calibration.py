@@ -190,16 +190,14 @@ def _median_p90(comparisons):
     return np.median(errs), percentile(errs, 90)
 
 
-# Out-of-source accuracy today (gpuopt validate --cv source, 2026-11-27: training 350 rows from 23
-# sources, median 9.9 % / p90 24.7 %; serving 1,673 rows from 24 sources, 19.2 % / 96.0 %), with a
-# small margin: regression guards. Serving was 15.7 % / 54.4 % on 1,075 rows from 19 sources before
-# LLM-Inference-Bench's 486 static batches came in (serving_runs_5.csv): its vLLM 0.6.1 rows on
-# MI300X, 232 of them, run 1.3-5x slower than the model says from the other sources (dstack's two
-# sources of vLLM 0.6.3-0.6.4 on ROCm, serving_runs_6.csv, show the same slowness, not its depth),
-# and they alone set the p90; NVIDIA GPUs' 1,302 rows are at 16.7 % / 55.3 %. Issue 13's targets
-# (training median 10 % / p90 25 %, met; serving 10 % / 30 %, not yet) are in the README beside the
-# figures reached.
-GUARDS = {"training": (0.10, 0.25), "serving": (0.20, 1.0)}
+# Out-of-source accuracy today (gpuopt validate --cv source, 2026-11-28: training 350 rows from 23
+# sources, median 9.1 % / p90 23.2 %; serving 1,817 rows from 27 sources, 14.9 % / 60.5 %), with a
+# small margin: regression guards. LLM-Inference-Bench's 239 rows of vLLM 0.6.1 on MI300X, an engine
+# release no other source ran, are still 37 % too fast out of source (53 % before earlier releases
+# took their successor's host overheads times the fitted release ratio) and set much of the p90.
+# Issue 13's targets (training median 10 % / p90 25 %, met; serving 10 % / 30 %, not yet) are in the
+# README beside the figures reached.
+GUARDS = {"training": (0.10, 0.25), "serving": (0.16, 0.70)}
 
 
 @pytest.mark.parametrize("kind", ["training", "serving"])
@@ -505,7 +503,7 @@ def test_an_engine_release_may_run_below_the_range_its_gpu_family_keeps(catalog)
     import numpy as np
 
     from optimizer.calibration import fit as fitting
-    from optimizer.catalog.stacks import MULTIPLIER_RANGE
+    from optimizer.catalog.efficiency_table import MULTIPLIER_RANGE
 
     eff = catalog.efficiency
     gemm = eff.table.serving["gemm"]

@@ -166,7 +166,7 @@ def test_no_shipped_answer_is_above_the_mfu_ceiling(catalog):
 def test_plans_above_the_mfu_ceiling_are_dropped_as_model_errors(catalog, tiny_problem):
     """A plan predicted faster than any published run on its GPU is not offered: with the ceiling
     lowered to 30 % the tiny problem's plans above it go (counted as 'mfu ceiling'), the rest stay."""
-    from optimizer.catalog.stacks import Ceiling, MfuCeilings
+    from optimizer.catalog.efficiency_table import Ceiling, MfuCeilings
 
     low = Ceiling(value=0.30, rows=1, row="test", source="test")
     eff = catalog.efficiency

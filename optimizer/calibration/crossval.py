@@ -112,8 +112,8 @@ def sensitivity(ds: Dataset, catalog: Catalog) -> dict[str, np.ndarray]:
 
 def _sparsity(layout: fitting.Layout, observations, groups: np.ndarray | None) -> csr_matrix:
     """Which free values each residual depends on (lets least squares difference in groups): an
-    observation its row's value of every parameter (and its source's level), a penalty its value
-    and its parent."""
+    observation its row's value of every parameter (and its source's level, and every release pair's
+    values where it reads a successor's overhead), a penalty its value and its parent."""
     n_slots, n_obs = len(layout.slots), len(observations)
     n_groups = int(groups.max()) + 1 if groups is not None and len(groups) else 0
     case = np.array([o.case for o in observations], dtype=int)
@@ -125,6 +125,11 @@ def _sparsity(layout: fitting.Layout, observations, groups: np.ndarray | None) -
         stack = layout.stack_index[name][case]
         rows.append(obs[stack >= 0])
         cols.append(stack[stack >= 0])
+        if name in layout.hops and len(layout.release_pairs):  # a value read across releases: every pair's
+            crossing = obs[layout.hops[name][case] > 0]
+            for pair in np.unique(np.array(layout.release_pairs)):
+                rows.append(crossing)
+                cols.append(np.full(len(crossing), pair))
     if n_groups and groups is not None:
         rows.append(obs)
         cols.append(n_slots + groups)

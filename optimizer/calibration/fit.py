@@ -29,7 +29,8 @@ from typing import Literal
 import numpy as np
 from scipy.optimize import least_squares
 
-from optimizer.catalog.stacks import MULTIPLIER_RANGE, Efficiency, Parameter
+from optimizer.catalog.efficiency_table import MULTIPLIER_RANGE, RELEASE_RATIO, Parameter
+from optimizer.catalog.stacks import Efficiency
 from optimizer.perf.params import ServeParams, TrainParams
 
 MIN_ROWS = 3  # rows a specific value needs behind it
@@ -76,6 +77,11 @@ class Layout:
         self.slots: list[Slot] = []
         self.hw_index: dict[str, np.ndarray] = {}
         self.stack_index: dict[str, np.ndarray] = {}
+        # a release_trend parameter: earlier releases between each row's engine and the value it reads,
+        # and the (earlier release, its successor) value pairs whose ratios give ``release_overhead``
+        self.hops: dict[str, np.ndarray] = {}
+        self.release_pairs: list[tuple[int, int]] = []
+        self.release_names: list[str] = []  # "vllm-0.7/vllm step_overhead", one per pair
         n = len(contexts)
         for name, p in table.items():
             lo, hi = p.range
@@ -164,8 +170,17 @@ class Layout:
                 toward = up if up >= 0 else (default if p.pooled else -1)
                 slot = Slot(name, f"stack:{key}", _prior(p), lo, hi, toward, _prior(p), (hi - lo) or 1.0, False)
             slot_of[key] = self._add(slot)
-        return np.array([next((slot_of[k] for k in keys_of(stack, family, precision) if k in slot_of), -1)
-                         for family, precision, stack in contexts])
+        read = [next((k for k in keys_of(stack, family, precision) if k in slot_of), "")
+                for family, precision, stack in contexts]
+        if p.release_trend:
+            self.hops[name] = np.array([eff.release_hops(kind, stack, key)
+                                        for key, (_, _, stack) in zip(read, contexts, strict=True)], dtype=int)
+            for key in sorted(slot_of):
+                engine = eff.engines.get(key)
+                if engine is not None and engine.earlier_release and engine.like in slot_of:
+                    self.release_pairs.append((slot_of[key], slot_of[engine.like]))
+                    self.release_names.append(f"{key}/{engine.like} {name}")
+        return np.array([slot_of[k] if k else -1 for k in read])
 
     def start(self) -> np.ndarray:
         return np.array([min(max(s.start, s.lo), s.hi) for s in self.slots])
@@ -180,6 +195,12 @@ class Layout:
     def penalties(self, x: np.ndarray) -> np.ndarray:
         """Each value's pull toward its parent (or, for a default, its prior), as residuals."""
         return self._gather.penalties(x)
+
+    def release_ratio(self, x: np.ndarray) -> float:
+        """``release_overhead`` at ``x``: the median ratio of an earlier release's host overhead to its
+        successor's over every pair with both values (1 without pairs). A median, so that an overhead
+        one engine fits near zero (a ratio of 100 or 0.01) does not set it."""
+        return self._gather.release_ratio(x)
 
 
 class _Gather:
@@ -204,10 +225,21 @@ class _Gather:
         self.has_parent = np.array([s.parent >= 0 for s in slots], dtype=bool)
         self.center = np.array([s.center for s in slots], dtype=float)
         self.width = np.array([s.width for s in slots], dtype=float)
+        self.hops = np.array([layout.hops.get(n, np.zeros(self.hw.shape[1], dtype=int)) for n in self.names],
+                             dtype=int).reshape(self.hw.shape)
+        self.pairs = np.array(layout.release_pairs, dtype=int).reshape(-1, 2)
+
+    def release_ratio(self, x: np.ndarray) -> float:
+        if not len(self.pairs):
+            return 1.0
+        logs = np.log(np.maximum(x[self.pairs[:, 0]], 1e-9)) - np.log(np.maximum(x[self.pairs[:, 1]], 1e-9))
+        return float(np.clip(np.exp(np.median(logs)), RELEASE_RATIO[0], RELEASE_RATIO[1]))
 
     def values(self, x: np.ndarray) -> dict[str, np.ndarray]:
         own, stack = x[self.hw], x[self.stack]
         value = np.where(self.has_stack, np.where(self.multiply, own * stack, stack), own)
+        if self.hops.any():
+            value = value * self.release_ratio(x) ** self.hops
         value = np.clip(value, self.floor, self.hi)
         return {name: value[i] for i, name in enumerate(self.names)}
 

@@ -19,7 +19,7 @@ from optimizer.calibration.crossval import Dataset, Validation
 from optimizer.calibration.data import Kind, data_files
 from optimizer.calibration.fit import FitResult
 from optimizer.catalog import Catalog
-from optimizer.catalog.stacks import EfficiencyFile, Parameter
+from optimizer.catalog.efficiency_table import EfficiencyFile, Parameter
 
 EFFICIENCY_HEADER = """\
 # Efficiency parameters of the performance model (optimizer/perf/params.py), fitted by `gpuopt fit`
@@ -29,6 +29,8 @@ EFFICIENCY_HEADER = """\
 # engine (`id`, `id@family` or `id@family/precision`, as `by` allows) where at least three rows depend
 # on it; `rows` and `sources` say what is behind each value.
 # Stack values multiply the hardware value when `multiply` is true, else they replace it.
+# An earlier engine release (stacks.yaml `earlier_release`) reading a `release_trend` overhead from the
+# engine it precedes takes it times `release_overhead`, the median ratio of the fitted release pairs.
 # Written by `gpuopt fit`: edit the priors and ranges, not the fitted values.
 """
 
@@ -89,6 +91,15 @@ def _head(table: EfficiencyFile, fits: dict[str, tuple[FitResult, Dataset, dict]
         data["mfu_ceiling"] = mfu_ceilings(list(fits["training"][1].cases))
     elif table.mfu_ceiling is not None:
         data["mfu_ceiling"] = table.mfu_ceiling.model_dump()
+    if "serving" in fits:
+        layout, x = fits["serving"][0].layout, fits["serving"][0].x
+        pairs = sorted(layout.release_names)
+        data["release_overhead"] = {
+            "value": float(f"{layout.release_ratio(x):.4g}"), "pairs": len(pairs),
+            "source": "`gpuopt fit`: the median ratio of an earlier engine release's fitted host overhead to "
+                      f"its successor's over {len(pairs)} pairs: {'; '.join(pairs)}"}
+    elif table.release_overhead is not None:
+        data["release_overhead"] = table.release_overhead.model_dump()
     data["support"] = {}
     return data
 
@@ -103,6 +114,8 @@ def _declared(p: Parameter) -> dict[str, Any]:
         entry.update(stack_floor=p.stack_floor, stack_floor_source=p.stack_floor_source)
     if not p.pooled:
         entry["pooled"] = False
+    if p.release_trend:
+        entry["release_trend"] = True
     return entry
 
 

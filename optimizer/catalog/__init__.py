@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol, TypeVar, overload
 
+from optimizer.catalog.efficiency_table import Ceiling
 from optimizer.catalog.files import CloudFile, GpuFile, ModelFile, NetworkFile, RegionFile, ServerFile, UncertaintyFile
 from optimizer.catalog.offers import Offer
 from optimizer.catalog.prices import PRICED, PricedEntry, priced_item, with_price, with_used_prices
@@ -47,7 +48,6 @@ from optimizer.catalog.records import (  # re-exported: the records are part of 
     Switch,
 )
 from optimizer.catalog.stacks import (
-    Ceiling,
     Efficiency,
     Engine,
     Kind,

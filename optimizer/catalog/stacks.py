@@ -10,25 +10,27 @@ precision) and values or multipliers per stack, each with the rows and sources b
 Resolution takes the most specific value there is: ``family/precision``, then ``family``, then the
 family it is ``like`` (a GPU family or stack with no rows of its own), then the default. Every
 step down that chain is an extrapolation, and ``Resolved.extrapolated`` names it so that bands
-can widen (``optimizer.calibration.bands``).
+can widen (``optimizer.calibration.bands``). An earlier release of an engine (``earlier_release``)
+that reads a host overhead (``release_trend``) from the engine it precedes takes it times
+``release_overhead`` per release between them: the ratio the fitted release pairs show (vLLM 0.6.0
+cut the CPU overheads of 0.5's scheduler and API server, vLLM blog, 2024-09-05).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, TypedDict
+from typing import TypedDict
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from optimizer.catalog.efficiency_table import EfficiencyFile, Kind, Parameter, Support, _Record
 from optimizer.catalog.records import GPU_FAMILIES
 from optimizer.errors import CatalogError, suggest
 from optimizer.perf.params import ServeParams, TrainParams
 from optimizer.perf.specs import PRECISIONS, SERVE_PRECISIONS
 from optimizer.validation import read_yaml, validate
-
-Kind = Literal["training", "serving"]
 
 # BF16 and FP16 are one tensor-core rate running the same kernels (every GPU in gpus.yaml that has both
 # lists the same dense TFLOPS, Gaudi 3 apart): their efficiency values, each a fraction of its own
@@ -41,10 +43,6 @@ SAME_RATE = {"fp16": "bf16"}
 def efficiency_precision(precision: str) -> str:
     """The precision an efficiency value of ``precision`` is stored under (``SAME_RATE``)."""
     return SAME_RATE.get(precision, precision)
-
-
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class TrainStack(_Record):
@@ -73,8 +71,17 @@ class Engine(_Record):
     kv_on_demand: bool = False  # KV blocks are taken as tokens are generated, not reserved for the whole request
     paged_v1v2: bool = False  # decode attention by vLLM's generic PagedAttention V1/V2 kernels and their switch
     overlap_scheduler: bool = False  # the host prepares the next decode step while the GPU runs this one
+    # an earlier release of the engine it is ``like``: where it has no host overheads of its own it takes
+    # that engine's times ``EfficiencyFile.release_overhead`` (``Efficiency.release_hops``)
+    earlier_release: bool = False
     traits: str
     source: str
+
+    @model_validator(mode="after")
+    def _release_of(self) -> Engine:
+        if self.earlier_release and not self.like:
+            raise ValueError(f"{self.id}: earlier_release needs 'like', the engine it is an earlier release of")
+        return self
 
     def seq_cap(self, memory_bytes: float, family: str) -> int:
         """The engine's default cap on sequences in flight on a GPU."""
@@ -88,102 +95,6 @@ class StacksFile(_Record):
     defaults: dict[Kind, dict[str, str]]  # kind → GPU vendor → stack id
     training: tuple[TrainStack, ...]
     serving: tuple[Engine, ...]
-
-
-class Value(_Record):
-    value: float
-    rows: int = Field(default=0, ge=0)  # calibration rows that informed it
-    sources: int = Field(default=0, ge=0)
-
-
-MULTIPLIER_RANGE = (0.2, 1.5)  # a stack's multiplier of a ``multiply`` parameter
-
-
-class Parameter(_Record):
-    meaning: str
-    range: tuple[float, float]
-    prior: float  # the documented physical expectation the fit starts from and shrinks the default to
-    prior_source: str
-    # what it may take values per (else one global value); "stack@family": per stack on a GPU family;
-    # "stack@precision": per stack on a GPU family and precision as well ("trtllm@hopper/fp8")
-    by: tuple[Literal["hardware", "stack", "stack@family", "stack@precision"], ...] = ()
-    default: Value
-    multiply: bool = False  # stack values multiply the hardware value (else they replace it)
-    # a multiplied parameter: how low a stack's multiplier may take the product (else the range's low
-    # end), the family's own value keeping the range: one engine release's kernels, not the GPU's
-    stack_floor: float | None = None
-    stack_floor_source: str = ""
-    pooled: bool = True  # stack values shrink toward the default (else each toward the prior, on its own)
-    hardware: dict[str, Value] = {}  # "family" or "family/precision" → value
-    stacks: dict[str, Value] = {}  # stack or engine id (or "id@family", "id@family/precision") → value (or multiplier)
-
-    @model_validator(mode="after")
-    def _in_range(self) -> Parameter:
-        if "stack@precision" in self.by and "stack@family" not in self.by:
-            raise ValueError("'stack@precision' refines 'stack@family': list both")
-        lo, hi = self.range
-        if self.stack_floor is not None and not (self.multiply and 0 < self.stack_floor <= lo
-                                                 and self.stack_floor_source):
-            raise ValueError(f"stack_floor {self.stack_floor} needs multiply: true, a value in (0, {lo}] "
-                             "and a stack_floor_source")
-        values = [("default", self.default)] + list(self.hardware.items())
-        if not self.multiply:
-            values += list(self.stacks.items())
-        for key, v in values:
-            if not lo <= v.value <= hi:
-                raise ValueError(f"{key}: {v.value} is outside the range [{lo}, {hi}]")
-        return self
-
-
-class Support(_Record):
-    """Calibration rows behind a kind's parameters, by GPU family and by stack (or engine)."""
-
-    families: dict[str, int] = {}
-    stacks: dict[str, int] = {}
-
-
-class Ceiling(_Record):
-    """The highest MFU published runs reached: ``value`` (of the plan precision's dense peak) by
-    ``row`` of ``source``, the most of ``rows`` dense-model runs."""
-
-    value: float = Field(gt=0, le=1)
-    rows: int = Field(ge=1)
-    row: str
-    source: str
-
-
-class MfuCeilings(_Record):
-    """Per GPU family and precision (``family/precision``, where enough dense runs were published),
-    else ``default`` (every dense run): a training plan predicted above it is a model error."""
-
-    default: Ceiling
-    hardware: dict[str, Ceiling] = {}
-
-
-class EfficiencyFile(_Record):
-    schema_version: int
-    fitted: str  # how and when the values were fitted
-    families: dict[str, str] = {}  # GPU family with no rows → the family whose values it takes
-    support: dict[Kind, Support] = {}
-    reserved_memory_gb: float = Field(ge=0, le=100)
-    reserved_memory_source: str
-    memory_headroom: float = Field(default=0.0, ge=0, lt=0.9)  # share of a GPU's memory a training plan leaves free
-    memory_headroom_source: str = ""
-    mfu_ceiling: MfuCeilings | None = None  # None: no guard (a catalog fitted before it existed)
-    training: dict[str, Parameter]
-    serving: dict[str, Parameter]
-
-    @model_validator(mode="after")
-    def _known(self) -> EfficiencyFile:
-        for kind, cls in (("training", TrainParams), ("serving", ServeParams)):
-            names = {f.name for f in fields(cls)}
-            table = getattr(self, kind)
-            unknown = sorted(set(table) - names)
-            missing = sorted(names - set(table))
-            if unknown or missing:
-                raise ValueError(f"{kind}: unknown parameters {unknown}, missing {missing}; the model has "
-                                 f"{sorted(names)}")
-        return self
 
 
 @dataclass(frozen=True)
@@ -234,6 +145,26 @@ class Efficiency:
             ident = table[ident].like or ""
         return out
 
+    def release_hops(self, kind: Kind, stack: str, key: str) -> int:
+        """Earlier releases between ``stack`` and the stack of the value ``key`` it reads (``vllm-rocm-0.6.1``
+        reading ``vllm-rocm``: two); none for a training stack or a value of the stack itself."""
+        if kind != "serving":
+            return 0
+        owner = key.partition("@")[0]
+        hops = 0
+        for ident in self.chain(kind, stack):
+            if ident == owner:
+                return hops
+            hops += self.engines[ident].earlier_release
+        return hops  # the default: every release in the chain
+
+    def release_factor(self, kind: Kind, param: Parameter, stack: str, key: str) -> float:
+        """What ``param``'s value read under ``key`` is multiplied by for ``stack`` (``release_hops``)."""
+        ratio = self.table.release_overhead
+        if not param.release_trend or ratio is None:
+            return 1.0
+        return ratio.value ** self.release_hops(kind, stack, key)
+
     def family_chain(self, family: str) -> list[str]:
         out: list[str] = []
         while family and family not in out:
@@ -280,6 +211,7 @@ class Efficiency:
             value = param.hardware[hw_key].value if hw_key else param.default.value  # in range (``_in_range``)
             if st_key:
                 value = value * param.stacks[st_key].value if param.multiply else param.stacks[st_key].value
+            value *= self.release_factor(kind, param, stack, st_key)
             floor = param.stack_floor if st_key and param.stack_floor is not None else lo
             values[name] = min(max(value, floor), hi)
             keys.append((name, hw_key or "default", st_key))
