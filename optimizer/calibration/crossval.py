@@ -118,6 +118,7 @@ def _sparsity(layout: fitting.Layout, observations, groups: np.ndarray | None) -
     n_groups = int(groups.max()) + 1 if groups is not None and len(groups) else 0
     case = np.array([o.case for o in observations], dtype=int)
     obs = np.arange(n_obs)
+    pairs = np.unique(np.array(layout.release_pairs, dtype=int))  # the slots ``release_ratio`` reads
     rows, cols = [], []
     for name in layout.params:
         rows.append(obs)
@@ -125,16 +126,18 @@ def _sparsity(layout: fitting.Layout, observations, groups: np.ndarray | None) -
         stack = layout.stack_index[name][case]
         rows.append(obs[stack >= 0])
         cols.append(stack[stack >= 0])
-        if name in layout.hops and len(layout.release_pairs):  # a value read across releases: every pair's
-            crossing = obs[layout.hops[name][case] > 0]
-            for pair in np.unique(np.array(layout.release_pairs)):
-                rows.append(crossing)
-                cols.append(np.full(len(crossing), pair))
+        if name in layout.release_hops and len(pairs):  # a value read across releases: every pair's
+            crossing = obs[layout.release_hops[name][case] > 0]
+            rows.append(np.repeat(crossing, len(pairs)))
+            cols.append(np.tile(pairs, len(crossing)))
     if n_groups and groups is not None:
         rows.append(obs)
         cols.append(n_slots + groups)
     slots = np.arange(n_slots)
     parents = np.array([s.parent for s in layout.slots], dtype=int)
+    for slot in layout.shrink_hops:  # an earlier release's pull toward its successor times the ratio
+        rows.append(np.full(len(pairs), n_obs + slot))
+        cols.append(pairs)
     rows += [n_obs + slots, n_obs + slots[parents >= 0], n_obs + n_slots + np.arange(n_groups)]
     cols += [slots, parents[parents >= 0], n_slots + np.arange(n_groups)]
     r, c = np.concatenate(rows), np.concatenate(cols)

@@ -41,6 +41,7 @@ SOURCE_SHRINK = float(os.environ.get("GPUOPT_SOURCE_SHRINK", 0))  # pull of a so
 # stop once a step lowers the cost by less than this share: the serving fit's cost stops moving in its
 # fifth digit after about 14 steps, and the default (1e-8) took 9 more for nothing
 FTOL = 1e-5
+TINY = 1e-9  # the floor of a value whose logarithm is taken
 
 
 @dataclass(frozen=True)
@@ -79,9 +80,10 @@ class Layout:
         self.stack_index: dict[str, np.ndarray] = {}
         # a release_trend parameter: earlier releases between each row's engine and the value it reads,
         # and the (earlier release, its successor) value pairs whose ratios give ``release_overhead``
-        self.hops: dict[str, np.ndarray] = {}
+        self.release_hops: dict[str, np.ndarray] = {}
         self.release_pairs: list[tuple[int, int]] = []
         self.release_names: list[str] = []  # "vllm-0.7/vllm step_overhead", one per pair
+        self.shrink_hops: dict[int, int] = {}  # slot → earlier releases between it and the value it shrinks toward
         n = len(contexts)
         for name, p in table.items():
             lo, hi = p.range
@@ -173,14 +175,24 @@ class Layout:
         read = [next((k for k in keys_of(stack, family, precision) if k in slot_of), "")
                 for family, precision, stack in contexts]
         if p.release_trend:
-            self.hops[name] = np.array([eff.release_hops(kind, stack, key)
-                                        for key, (_, _, stack) in zip(read, contexts, strict=True)], dtype=int)
-            for key in sorted(slot_of):
-                engine = eff.engines.get(key)
-                if engine is not None and engine.earlier_release and engine.like in slot_of:
-                    self.release_pairs.append((slot_of[key], slot_of[engine.like]))
-                    self.release_names.append(f"{key}/{engine.like} {name}")
+            self._link_releases(name, eff, contexts, read, slot_of, parent)
         return np.array([slot_of[k] if k else -1 for k in read])
+
+    def _link_releases(self, name: str, eff: Efficiency, contexts, read: list[str], slot_of: dict[str, int],
+                       parent: dict[str, str | None]) -> None:
+        """For a ``release_trend`` parameter: the earlier releases between each row's engine and the value
+        it reads, those between each value and the one it shrinks toward, and the (earlier release, its
+        successor) value pairs whose median ratio is ``release_overhead``."""
+        self.release_hops[name] = np.array([eff.release_hops("serving", stack, key)
+                                            for key, (_, _, stack) in zip(read, contexts, strict=True)], dtype=int)
+        for key, slot in sorted(slot_of.items()):
+            hops = eff.release_hops("serving", key.partition("@")[0], parent[key] or "")
+            if hops and self.slots[slot].parent >= 0:
+                self.shrink_hops[slot] = hops
+            engine = eff.engines.get(key)
+            if engine is not None and engine.earlier_release and engine.like in slot_of:
+                self.release_pairs.append((slot, slot_of[engine.like]))
+                self.release_names.append(f"{key}/{engine.like} {name}")
 
     def start(self) -> np.ndarray:
         return np.array([min(max(s.start, s.lo), s.hi) for s in self.slots])
@@ -225,14 +237,16 @@ class _Gather:
         self.has_parent = np.array([s.parent >= 0 for s in slots], dtype=bool)
         self.center = np.array([s.center for s in slots], dtype=float)
         self.width = np.array([s.width for s in slots], dtype=float)
-        self.hops = np.array([layout.hops.get(n, np.zeros(self.hw.shape[1], dtype=int)) for n in self.names],
-                             dtype=int).reshape(self.hw.shape)
+        self.hops = np.array([layout.release_hops.get(n, np.zeros(self.hw.shape[1], dtype=int))
+                              for n in self.names], dtype=int).reshape(self.hw.shape)
         self.pairs = np.array(layout.release_pairs, dtype=int).reshape(-1, 2)
+        self.shrink_hops = np.array([layout.shrink_hops.get(i, 0) for i in range(len(slots))], dtype=int)
 
     def release_ratio(self, x: np.ndarray) -> float:
+        """``Layout.release_ratio``."""
         if not len(self.pairs):
             return 1.0
-        logs = np.log(np.maximum(x[self.pairs[:, 0]], 1e-9)) - np.log(np.maximum(x[self.pairs[:, 1]], 1e-9))
+        logs = np.log(np.maximum(x[self.pairs[:, 0]], TINY)) - np.log(np.maximum(x[self.pairs[:, 1]], TINY))
         return float(np.clip(np.exp(np.median(logs)), RELEASE_RATIO[0], RELEASE_RATIO[1]))
 
     def values(self, x: np.ndarray) -> dict[str, np.ndarray]:
@@ -245,11 +259,15 @@ class _Gather:
 
     def penalties(self, x: np.ndarray) -> np.ndarray:
         """A stack multiplier shrinks toward its parent's (or 1) in log space; a default toward its
-        prior; any other value toward its parent's, each in units of the parameter's range."""
+        prior; any other value toward its parent's (an earlier release's host overhead toward its
+        successor's times ``release_ratio`` per release between them), each in units of the
+        parameter's range."""
         if not len(x):
             return np.zeros(0)
         parent = x[self.parent]
-        logs = np.log(np.maximum(x, 1e-9)) - np.where(self.has_parent, np.log(np.maximum(parent, 1e-9)), 0.0)
+        if self.shrink_hops.any():
+            parent = parent * self.release_ratio(x) ** self.shrink_hops
+        logs = np.log(np.maximum(x, TINY)) - np.where(self.has_parent, np.log(np.maximum(parent, TINY)), 0.0)
         linear = np.where(self.has_parent, (x - parent) / self.width, (x - self.center) / self.width)
         scale = np.where(self.has_parent | self.log, math.sqrt(SHRINK), math.sqrt(PRIOR))
         return scale * np.where(self.log, logs, linear)

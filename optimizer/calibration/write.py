@@ -91,14 +91,14 @@ def _head(table: EfficiencyFile, fits: dict[str, tuple[FitResult, Dataset, dict]
         data["mfu_ceiling"] = mfu_ceilings(list(fits["training"][1].cases))
     elif table.mfu_ceiling is not None:
         data["mfu_ceiling"] = table.mfu_ceiling.model_dump()
-    if "serving" in fits:
+    if "serving" in fits and fits["serving"][0].layout.release_names:
         layout, x = fits["serving"][0].layout, fits["serving"][0].x
         pairs = sorted(layout.release_names)
         data["release_overhead"] = {
             "value": float(f"{layout.release_ratio(x):.4g}"), "pairs": len(pairs),
             "source": "`gpuopt fit`: the median ratio of an earlier engine release's fitted host overhead to "
                       f"its successor's over {len(pairs)} pairs: {'; '.join(pairs)}"}
-    elif table.release_overhead is not None:
+    elif "serving" not in fits and table.release_overhead is not None:
         data["release_overhead"] = table.release_overhead.model_dump()
     data["support"] = {}
     return data

@@ -15,21 +15,23 @@ from optimizer.perf.params import ServeParams, TrainParams
 Kind = Literal["training", "serving"]
 
 
-class _Record(BaseModel):
+class Record(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class Value(_Record):
+class Value(Record):
     value: float
     rows: int = Field(default=0, ge=0)  # calibration rows that informed it
     sources: int = Field(default=0, ge=0)
 
 
 MULTIPLIER_RANGE = (0.2, 1.5)  # a stack's multiplier of a ``multiply`` parameter
-RELEASE_RATIO = (1 / 16, 16.0)  # the range of ``release_overhead``
+# the range of ``release_overhead``: a guard against a degenerate fit, not a prior (the fitted pairs'
+# median is near 2; one pair's ratio runs from 0.4 to 170)
+RELEASE_RATIO = (1 / 16, 16.0)
 
 
-class Parameter(_Record):
+class Parameter(Record):
     meaning: str
     range: tuple[float, float]
     prior: float  # the documented physical expectation the fit starts from and shrinks the default to
@@ -70,14 +72,14 @@ class Parameter(_Record):
         return self
 
 
-class Support(_Record):
+class Support(Record):
     """Calibration rows behind a kind's parameters, by GPU family and by stack (or engine)."""
 
     families: dict[str, int] = {}
     stacks: dict[str, int] = {}
 
 
-class Ceiling(_Record):
+class Ceiling(Record):
     """The highest MFU published runs reached: ``value`` (of the plan precision's dense peak) by
     ``row`` of ``source``, the most of ``rows`` dense-model runs."""
 
@@ -87,7 +89,7 @@ class Ceiling(_Record):
     source: str
 
 
-class MfuCeilings(_Record):
+class MfuCeilings(Record):
     """Per GPU family and precision (``family/precision``, where enough dense runs were published),
     else ``default`` (every dense run): a training plan predicted above it is a model error."""
 
@@ -95,7 +97,7 @@ class MfuCeilings(_Record):
     hardware: dict[str, Ceiling] = {}
 
 
-class ReleaseRatio(_Record):
+class ReleaseRatio(Record):
     """How many times its successor's host overheads an earlier engine release carries: the median,
     over every pair of an ``earlier_release`` engine and the engine it is like that both have fitted
     values, and every ``release_trend`` parameter, of the ratio of the two values."""
@@ -105,7 +107,7 @@ class ReleaseRatio(_Record):
     source: str = ""
 
 
-class EfficiencyFile(_Record):
+class EfficiencyFile(Record):
     schema_version: int
     fitted: str  # how and when the values were fitted
     families: dict[str, str] = {}  # GPU family with no rows → the family whose values it takes
@@ -121,6 +123,9 @@ class EfficiencyFile(_Record):
 
     @model_validator(mode="after")
     def _known(self) -> EfficiencyFile:
+        trained = sorted(name for name, p in self.training.items() if p.release_trend)
+        if trained:
+            raise ValueError(f"training: {trained}: release_trend is for serving engines' host overheads")
         for kind, cls in (("training", TrainParams), ("serving", ServeParams)):
             names = {f.name for f in fields(cls)}
             table = getattr(self, kind)

@@ -25,7 +25,7 @@ from typing import TypedDict
 
 from pydantic import Field, model_validator
 
-from optimizer.catalog.efficiency_table import EfficiencyFile, Kind, Parameter, Support, _Record
+from optimizer.catalog.efficiency_table import EfficiencyFile, Kind, Parameter, Record, Support
 from optimizer.catalog.records import GPU_FAMILIES
 from optimizer.errors import CatalogError, suggest
 from optimizer.perf.params import ServeParams, TrainParams
@@ -45,7 +45,7 @@ def efficiency_precision(precision: str) -> str:
     return SAME_RATE.get(precision, precision)
 
 
-class TrainStack(_Record):
+class TrainStack(Record):
     id: str
     name: str
     aliases: tuple[str, ...] = ()
@@ -56,7 +56,7 @@ class TrainStack(_Record):
     source: str
 
 
-class Engine(_Record):
+class Engine(Record):
     id: str
     name: str
     aliases: tuple[str, ...] = ()
@@ -90,7 +90,7 @@ class Engine(_Record):
         return self.max_seqs
 
 
-class StacksFile(_Record):
+class StacksFile(Record):
     schema_version: int
     defaults: dict[Kind, dict[str, str]]  # kind → GPU vendor → stack id
     training: tuple[TrainStack, ...]
@@ -146,17 +146,22 @@ class Efficiency:
         return out
 
     def release_hops(self, kind: Kind, stack: str, key: str) -> int:
-        """Earlier releases between ``stack`` and the stack of the value ``key`` it reads (``vllm-rocm-0.6.1``
-        reading ``vllm-rocm``: two); none for a training stack or a value of the stack itself."""
+        """Earlier releases the ``like`` chain passes from ``stack`` to the engine of the value ``key`` it
+        reads (``vllm-rocm-0.6.1`` reading ``vllm-rocm``: two; ``tgi``, like ``vllm-0.5``, reading ``vllm``:
+        one, vLLM 0.5's); every one in the chain for the default (``key`` empty), which stands for the
+        chain's root; none for a training stack or a value of the stack itself."""
         if kind != "serving":
             return 0
         owner = key.partition("@")[0]
+        chain = self.chain(kind, stack)
+        if owner and owner not in chain:
+            raise ValueError(f"{stack} does not read values of {owner}: its chain is {' → '.join(chain)}")
         hops = 0
-        for ident in self.chain(kind, stack):
+        for ident in chain:
             if ident == owner:
-                return hops
-            hops += self.engines[ident].earlier_release
-        return hops  # the default: every release in the chain
+                break
+            hops += int(self.engines[ident].earlier_release)
+        return hops
 
     def release_factor(self, kind: Kind, param: Parameter, stack: str, key: str) -> float:
         """What ``param``'s value read under ``key`` is multiplied by for ``stack`` (``release_hops``)."""
