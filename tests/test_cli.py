@@ -222,14 +222,18 @@ def test_estimate_says_when_vllms_unsplit_paged_attention_reads_the_kv_cache_per
 
 def test_estimate_names_the_link_tp_all_reduces_cross_and_whether_it_is_assumed():
     """With TP the estimate says which link the all-reduces cross, at what bus bandwidth, and
-    whether the catalog assumes it: a GeForce rig's host-memory path is an assumption, the A10G's
-    3.1 GB/s was measured on a g5.12xlarge. Without TP there is no such line."""
+    whether the catalog assumes it: the A10G's 3.1 GB/s was measured on a g5.12xlarge and the RTX
+    4090's host-memory path on an 8-GPU rig (14.4 GB/s); PCIe 3.0 GeForce cards (2080 Ti beyond its
+    NVLink pair) borrow that figure, an assumption. Without TP there is no such line."""
     args = ["estimate", "serve", "--model", "llama2-7b", "--input-len", "512", "--output-len", "256", "--batch", "8"]
     a10g = json.loads(run(*args, "--gpu", "a10g", "--gpus", "4", "--tp", "4", "--format", "json").output)["tp_link"]
     assert a10g["id"] == "pcie4-g5" and a10g["bus_bandwidth_gbs"] == pytest.approx(3.1, rel=0.01)
     assert not a10g["assumption"] and a10g["latency_us"] > 0
     text = run(*args, "--gpu", "rtx-4090", "--gpus", "4", "--tp", "4").output
-    assert "TP all-reduces over pcie4-no-p2p" in text and "(an assumption: " in text
+    assert "TP all-reduces over pcie4-no-p2p" in text and "14.4 GB/s bus bandwidth" in text
+    assert "(sourced in catalogs/network.yaml)" in text and "(an assumption: " not in text
+    text = run(*args, "--gpu", "rtx-2080-ti", "--gpus", "4", "--tp", "4").output
+    assert "TP all-reduces over pcie3-no-p2p" in text and "(an assumption: " in text
     assert "TP all-reduces" not in run(*args, "--gpu", "rtx-4090", "--gpus", "1").output
     one = json.loads(run(*args, "--gpu", "a10g", "--gpus", "1", "--format", "json").output)
     assert one["tp_link"] is None
