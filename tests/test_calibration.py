@@ -191,13 +191,13 @@ def _median_p90(comparisons):
 
 
 # Out-of-source accuracy today (gpuopt validate --cv source, 2026-11-28: training 350 rows from 23
-# sources, median 9.1 % / p90 23.2 %; serving 1,817 rows from 27 sources, 14.8 % / 60.1 %), with a
+# sources, median 9.1 % / p90 23.2 %; serving 1,817 rows from 27 sources, 14.4 % / 49.4 %), with a
 # small margin: regression guards. LLM-Inference-Bench's 239 rows of vLLM 0.6.1 on MI300X, an engine
-# release no other source ran, are still about a third too fast out of source (53 % before earlier
+# release no other source ran, are still 24 % / 74 % off out of source (53 % median before earlier
 # releases took their successor's host overheads times the fitted release ratio) and set much of the p90.
 # Issue 13's targets (training median 10 % / p90 25 %, met; serving 10 % / 30 %, not yet) are in the
 # README beside the figures reached.
-GUARDS = {"training": (0.10, 0.25), "serving": (0.16, 0.70)}
+GUARDS = {"training": (0.10, 0.25), "serving": (0.16, 0.60)}
 
 
 @pytest.mark.parametrize("kind", ["training", "serving"])

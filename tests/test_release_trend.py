@@ -35,7 +35,7 @@ def _without(eff, param: str, *engines: str, ratio: float | None = 2.0):
 
 def test_the_shipped_catalog_marks_the_releases_and_the_overheads_that_follow_them(eff):
     earlier = sorted(e.id for e in eff.engines.values() if e.earlier_release)
-    assert earlier == ["trtllm-0.6", "vllm-0.5", "vllm-0.7", "vllm-rocm-0.6", "vllm-rocm-0.6.1"]
+    assert earlier == ["tgi-1.0", "trtllm-0.6", "vllm-0.5", "vllm-0.7", "vllm-rocm-0.6", "vllm-rocm-0.6.1"]
     trend = sorted(name for name, p in eff.table.serving.items() if p.release_trend)
     assert trend == ["layer_overhead", "seq_overhead", "server_overhead", "server_seq_overhead", "step_overhead"]
     ratio = eff.table.release_overhead

@@ -262,7 +262,8 @@ class Catalog:
 
 def _bus_gbs(bus_id: str) -> float:
     """PCIe x16 bandwidth, both directions together (PCIe 3/4/5: 32/64/128 GB/s)."""
-    return {"pcie3": 32.0, "pcie4": 64.0, "pcie3-no-p2p": 32.0, "pcie4-no-p2p": 64.0, "pcie5": 128.0}.get(bus_id, 64.0)
+    return {"pcie3": 32.0, "pcie4": 64.0, "pcie3-no-p2p": 32.0, "pcie4-no-p2p": 64.0, "pcie5": 128.0,
+            "pcie5-no-p2p": 128.0}.get(bus_id, 64.0)
 
 
 def default_root() -> Path:

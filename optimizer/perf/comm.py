@@ -19,7 +19,7 @@ def collective_latency(n: int, link: Link) -> float:
     """Fixed cost of one collective among ``n`` ranks.
 
     The catalog's latency is that of one all-reduce among the 8 GPUs of a server (DESIGN.md:
-    ~20 µs on NVLink, ~30 µs on GeForce PCIe); a tree grows it with log2(n) beyond that.
+    ~20 µs on NVLink, ~40 µs on GeForce PCIe without peer-to-peer, measured); a tree grows it with log2(n) beyond that.
     """
     return link.latency * max(1.0, math.log2(n) / 3.0)
 
