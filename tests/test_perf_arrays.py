@@ -113,7 +113,8 @@ def test_array_enumeration_gives_the_reference_table(tmp_path, catalog, edit):
 
 SERVE_PLANS = [dict(tp=1, pp=1), dict(tp=2, pp=1, precision="fp8", kv_precision="fp8"), dict(tp=1, pp=4),
                dict(tp=2, pp=2, batching="static"), dict(tp=4, pp=1, prefill_ubatch=512, input_len=2048),
-               dict(tp=8, pp=1, attention_dp=True), dict(tp=1, pp=2, requests=300, variable_lengths=True)]
+               dict(tp=8, pp=1, attention_dp=True), dict(tp=1, pp=2, requests=300, variable_lengths=True),
+               dict(tp=2, pp=1, paged_v1v2=True, input_len=2048), dict(tp=1, pp=1, overlap_scheduler=True)]
 
 
 @pytest.mark.parametrize("model", ["llama3.1-8b", "llama2-70b", "qwen3-30b-a3b"])

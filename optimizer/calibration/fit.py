@@ -241,6 +241,8 @@ class _Gather:
                               for n in self.names], dtype=int).reshape(self.hw.shape)
         self.pairs = np.array(layout.release_pairs, dtype=int).reshape(-1, 2)
         self.shrink_hops = np.array([layout.shrink_hops.get(i, 0) for i in range(len(slots))], dtype=int)
+        self.crossing = bool(self.hops.any())  # some row reads a successor's overhead across releases
+        self.shrinking = bool(self.shrink_hops.any())  # some value shrinks toward a successor's times the ratio
 
     def release_ratio(self, x: np.ndarray) -> float:
         """``Layout.release_ratio``."""
@@ -252,7 +254,7 @@ class _Gather:
     def values(self, x: np.ndarray) -> dict[str, np.ndarray]:
         own, stack = x[self.hw], x[self.stack]
         value = np.where(self.has_stack, np.where(self.multiply, own * stack, stack), own)
-        if self.hops.any():
+        if self.crossing:
             value = value * self.release_ratio(x) ** self.hops
         value = np.clip(value, self.floor, self.hi)
         return {name: value[i] for i, name in enumerate(self.names)}
@@ -265,7 +267,7 @@ class _Gather:
         if not len(x):
             return np.zeros(0)
         parent = x[self.parent]
-        if self.shrink_hops.any():
+        if self.shrinking:
             parent = parent * self.release_ratio(x) ** self.shrink_hops
         logs = np.log(np.maximum(x, TINY)) - np.where(self.has_parent, np.log(np.maximum(parent, TINY)), 0.0)
         linear = np.where(self.has_parent, (x - parent) / self.width, (x - self.center) / self.width)

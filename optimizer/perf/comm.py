@@ -11,7 +11,11 @@ business (``optimizer.perf.train``).
 from __future__ import annotations
 
 import math
+from typing import overload
 
+import numpy as np
+
+from optimizer.perf.params import Num
 from optimizer.perf.specs import Hardware, Link, TrainPlan
 
 
@@ -29,7 +33,7 @@ def tp_link(hw: Hardware, tp: int) -> Link | None:
     return hw.group_link(tp) if tp > 1 else None
 
 
-def tp_allreduce_parts(nbytes: float, hw: Hardware, tp: int) -> tuple[float, float]:
+def tp_allreduce_parts(nbytes: Num, hw: Hardware, tp: int) -> tuple[Num, float]:
     """(bandwidth seconds, latency seconds) of one all-reduce of ``nbytes`` over ``tp_link``: the
     parts of ``allreduce_time`` kept apart (a serving engine scales the latency its own way)."""
     link = tp_link(hw, tp)
@@ -45,7 +49,12 @@ def allreduce_time(nbytes: float, n: int, link: Link) -> float:
     return 2.0 * (n - 1) / n * nbytes / link.effective_bw + collective_latency(n, link)
 
 
-def p2p_time(nbytes: float, link: Link) -> float:
+@overload
+def p2p_time(nbytes: float, link: Link) -> float: ...
+@overload
+def p2p_time(nbytes: np.ndarray, link: Link) -> np.ndarray: ...
+def p2p_time(nbytes: Num, link: Link) -> Num:
+    """One point-to-point send of ``nbytes`` (a pipeline stage's hand-off; scalar or per batch)."""
     return nbytes / link.effective_bw + link.latency
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from optimizer.perf import model as shape
+from optimizer.perf.comm import p2p_time, tp_allreduce_parts
 from optimizer.perf.params import ServeParams
 from optimizer.perf.serve import (
     PREFILL_BATCH,
@@ -35,6 +36,7 @@ from optimizer.perf.serve_memory import (
     kv_bytes_per_gpu,
     max_batch,
     replicated_attention_bytes,
+    unshared_kv_factor,
     weight_bytes,
 )
 from optimizer.perf.specs import ACT_BYTES, BYTES, Hardware, ModelSpec, ServePlan
@@ -50,11 +52,8 @@ def serve_terms_at(m: ModelSpec, hw: Hardware, plan: ServePlan, batches: np.ndar
     mb = b / micro
     layers = math.ceil(m.layers / plan.pp)
     context = plan.input_len + plan.output_len / 2.0
-    if plan.tp > 1:
-        link = hw.group_link(plan.tp)
-        ar_bw = 2.0 * (plan.tp - 1) / plan.tp * (mb * m.hidden * ACT_BYTES) / link.effective_bw
-    else:
-        ar_bw = np.zeros(len(b))
+    ar_bw = tp_allreduce_parts(mb * m.hidden * ACT_BYTES, hw, plan.tp)[0] + np.zeros(len(b))
+    unshared = _distinct(mb, lambda x: unshared_kv_factor(m, plan, x))  # vLLM's PagedAttention V1 rereads
     # a dense model reads all its weights at any batch; an MoE model the experts its batch touches
     read = (_distinct(mb, lambda x: decode_weight_bytes(m, plan.precision, x)) if m.moe
             else np.full(len(b), decode_weight_bytes(m, plan.precision, 1.0)))
@@ -66,12 +65,12 @@ def serve_terms_at(m: ModelSpec, hw: Hardware, plan: ServePlan, batches: np.ndar
         one, batch=b.astype(float), slots=np.maximum(micro, plan.pp).astype(float),
         weight_bytes=read / plan.gpus + replicated_attention_bytes(m, plan),
         expert_bytes=experts if m.moe else 0.0,
-        kv_bytes=mb * kv_bytes_per_gpu(m, plan, context),
+        kv_bytes=mb * kv_bytes_per_gpu(m, plan, context) * unshared, kv_read_factor=unshared,
         gemm_flops=mb * 2.0 * active_matmul_params(m) / plan.gpus,
         expert_flops=mb * 2.0 * routed_matmul_params(m) / plan.gpus,
         attention_flops=mb * shape.attention_flops_per_token_layer(m, m.attended(context)) * m.layers / plan.gpus,
         comm_bw=layers * collectives_per_layer(plan) * ar_bw,
-        send=(mb * m.hidden * ACT_BYTES / link.effective_bw + link.latency) if plan.pp > 1 else 0.0,
+        send=p2p_time(mb * m.hidden * ACT_BYTES, link) if plan.pp > 1 else 0.0,
         prefill_prompts=prompts.astype(float),
         prefill_gemm_per_width=_distinct(prompts, lambda p: _per_width(m, plan, s, p)),
     )
