@@ -43,7 +43,6 @@ from optimizer.perf.serve_memory import (
     replicated_attention_bytes,
     serve_memory,
     unshared_kv_factor,
-    weight_bytes,
 )
 from optimizer.perf.specs import (
     ACT_BYTES,
@@ -51,11 +50,21 @@ from optimizer.perf.specs import (
     FORMATS,
     KV_PRECISIONS,
     SERVE_PRECISIONS,
-    Device,
     Hardware,
     ModelSpec,
     ServePlan,
     ServeResult,
+)
+from optimizer.perf.weights import (
+    active_matmul_params,
+    expert_weight_bytes,
+    gemm_peak,
+    math_precision,
+    matmul_params_16bit,
+    rate_weighted_matmul_params,
+    routed_matmul_params,
+    streamed_weight_bytes,
+    weight_bytes,
 )
 
 __all__ = ["ACT_BYTES", "BYTES", "FORMATS", "KV_PRECISIONS", "SERVE_PRECISIONS", "ServePlan", "ServeResult",
@@ -119,37 +128,6 @@ class ServeTimes:
     parts: dict[str, Num]
 
 
-def gemm_peak(dev: Device, plan: ServePlan) -> float:
-    """Dense FLOP/s of the weight GEMMs: the math precision's peak, or on a GPU that halves its
-    16-bit rate with FP32 accumulation (GeForce) the FP16-accumulate peak when the engine
-    accumulates in FP16 (llama.cpp's cuBLAS GEMMs: CUBLAS_COMPUTE_16F)."""
-    math = math_precision(dev, plan.precision)
-    fast = dev.peak("fp16_acc16") if plan.fp16_accumulate and math in ("fp16", "bf16") else None
-    return fast or dev.peak_of(math)
-
-
-def math_precision(dev: Device, precision: str) -> str:
-    """The tensor-core precision a weight format's GEMMs run in on this GPU."""
-    wanted = FORMATS[precision][1]
-    for candidate in (wanted, "fp8" if wanted == "fp4" else wanted, "bf16", "fp16"):
-        if dev.peak(candidate):
-            return candidate
-    raise ValueError(f"{dev.name} has no tensor cores for {precision}")
-
-
-def active_matmul_params(m: ModelSpec) -> float:
-    """Weights a token multiplies by: every layer's active matmuls and the LM head (a decode token is
-    a one-token prompt: ``model.prefill_matmul_params``)."""
-    return shape.prefill_matmul_params(m, 1.0)
-
-
-def routed_matmul_params(m: ModelSpec) -> float:
-    """Weights a token multiplies by in the routed experts it is sent to (0 for a dense model)."""
-    if not m.moe:
-        return 0.0
-    return m.moe_layers * m.experts_active * m.mlp_matrices * m.hidden * m.expert_ffn_hidden
-
-
 def collectives_per_layer(plan: ServePlan) -> int:
     """All-reduce equivalents per layer in a TP group. Tensor parallelism all-reduces twice (after
     attention and after the MLP; Shoeybi et al. 2019, fig. 3). With attention data parallelism
@@ -180,6 +158,8 @@ def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> Serv
     replicated = replicated_attention_bytes(m, plan)
     unshared = unshared_kv_factor(m, plan, mb)
     link = hw.group_link(plan.gpus)
+    p16 = matmul_params_16bit(m, plan.precision)  # per token; the LM head once a prompt
+    head = m.vocab * m.hidden if p16 else 0.0
     return ServeTerms(
         batch=float(batch), input_len=float(plan.input_len), output_len=float(plan.output_len),
         static=1.0 if plan.batching == "static" else 0.0, requests=float(plan.requests),
@@ -187,24 +167,25 @@ def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> Serv
         output_cap=plan.max_output_len / plan.output_len if plan.max_output_len else math.inf,
         slots=float(max(micro, plan.pp)), layers=float(layers),
         weight_bytes=read / plan.gpus + replicated,
-        expert_bytes=(read - weight_bytes(m, plan.precision)
-                      + shape.expert_params(m) * BYTES[plan.precision]) / plan.gpus if m.moe else 0.0,
+        expert_bytes=(read - streamed_weight_bytes(m, plan.precision)
+                      + expert_weight_bytes(m, plan.precision)) / plan.gpus if m.moe else 0.0,
         kv_bytes=mb * kv_bytes_per_gpu(m, plan, context) * unshared, kv_read_factor=unshared,
         overlap=1.0 if plan.overlap_scheduler else 0.0,
-        gemm_flops=mb * 2.0 * active_matmul_params(m) / plan.gpus,
+        gemm_flops=mb * 2.0 * rate_weighted_matmul_params(dev, plan, active_matmul_params(m), p16) / plan.gpus,
         expert_flops=mb * 2.0 * routed_matmul_params(m) / plan.gpus,
         attention_flops=mb * shape.attention_flops_per_token_layer(m, attended) * m.layers / plan.gpus,
         comm_bw=layers * collectives * ar_bw, comm_latency=layers * collectives * ar_lat,
         send=p2p_time(mb * m.hidden * ACT_BYTES, link) if plan.pp > 1 else 0.0,
         prefill_prompts=float(prompts), prefill_chunks=float(chunks),
-        prefill_gemm_flops=2.0 * shape.prefill_matmul_params(m, s) / plan.gpus,
+        prefill_gemm_flops=2.0 * rate_weighted_matmul_params(dev, plan, shape.prefill_matmul_params(m, s),
+                                                             p16 + (s - 1.0) * (p16 - head)) / plan.gpus,
         prefill_expert_flops=2.0 * routed_matmul_params(m) * s / plan.gpus,
         prefill_gemm_per_width=_per_width(m, plan, s, prompts),
         prefill_one_gemm_per_width=_per_width(m, plan, s, 1.0),
         # causal attention over the prompt: a token attends to s/2 others on average (2·s²·h per layer)
         prefill_attention_flops=s * shape.attention_flops_per_token_layer(m, m.attended(s / 2.0)) * m.layers
         / plan.gpus,
-        prefill_weight_bytes=weight_bytes(m, plan.precision) / plan.gpus + replicated,
+        prefill_weight_bytes=streamed_weight_bytes(m, plan.precision) / plan.gpus + replicated,
         prefill_dequant_bytes=dequant_bytes(m, plan) / plan.gpus,
         prefill_comm_bw=layers * collectives * p_bw, prefill_comm_latency=layers * collectives * p_lat,
         prefill_send=(s / chunks * m.hidden * ACT_BYTES / link.effective_bw + link.latency) if plan.pp > 1 else 0.0,

@@ -24,9 +24,7 @@ from optimizer.perf.serve import (
     PREFILL_BATCH,
     ServeTerms,
     _per_width,
-    active_matmul_params,
     collectives_per_layer,
-    routed_matmul_params,
     serve_terms,
     serve_time,
 )
@@ -37,9 +35,16 @@ from optimizer.perf.serve_memory import (
     max_batch,
     replicated_attention_bytes,
     unshared_kv_factor,
-    weight_bytes,
 )
-from optimizer.perf.specs import ACT_BYTES, BYTES, Hardware, ModelSpec, ServePlan
+from optimizer.perf.specs import ACT_BYTES, Hardware, ModelSpec, ServePlan
+from optimizer.perf.weights import (
+    active_matmul_params,
+    expert_weight_bytes,
+    matmul_params_16bit,
+    rate_weighted_matmul_params,
+    routed_matmul_params,
+    streamed_weight_bytes,
+)
 
 MOST_AT_ONCE = 8192  # batches evaluated in one array; beyond it the bisection asks batch by batch
 
@@ -60,13 +65,14 @@ def serve_terms_at(m: ModelSpec, hw: Hardware, plan: ServePlan, batches: np.ndar
     prompts = b if plan.batching == "static" else np.minimum(b, PREFILL_BATCH)
     s = plan.input_len
     link = hw.group_link(plan.gpus)
-    experts = (read - weight_bytes(m, plan.precision) + shape.expert_params(m) * BYTES[plan.precision]) / plan.gpus
+    experts = (read - streamed_weight_bytes(m, plan.precision) + expert_weight_bytes(m, plan.precision)) / plan.gpus
     return replace(
         one, batch=b.astype(float), slots=np.maximum(micro, plan.pp).astype(float),
         weight_bytes=read / plan.gpus + replicated_attention_bytes(m, plan),
         expert_bytes=experts if m.moe else 0.0,
         kv_bytes=mb * kv_bytes_per_gpu(m, plan, context) * unshared, kv_read_factor=unshared,
-        gemm_flops=mb * 2.0 * active_matmul_params(m) / plan.gpus,
+        gemm_flops=mb * 2.0 * rate_weighted_matmul_params(hw.device, plan, active_matmul_params(m),
+                                                          matmul_params_16bit(m, plan.precision)) / plan.gpus,
         expert_flops=mb * 2.0 * routed_matmul_params(m) / plan.gpus,
         attention_flops=mb * shape.attention_flops_per_token_layer(m, m.attended(context)) * m.layers / plan.gpus,
         comm_bw=layers * collectives_per_layer(plan) * ar_bw,

@@ -9,10 +9,12 @@ import math
 
 from optimizer.perf import model as shape
 from optimizer.perf.specs import ACT_BYTES, BYTES, FORMATS, Hardware, ModelSpec, ServePlan
-
-
-def weight_bytes(m: ModelSpec, precision: str) -> float:
-    return shape.param_count(m) * BYTES[precision]
+from optimizer.perf.weights import (
+    attention_bytes_per_param,
+    expert_weight_bytes,
+    streamed_weight_bytes,
+    weight_bytes,
+)
 
 
 def kv_bytes_per_token(m: ModelSpec, kv_precision: str = "fp16") -> float:
@@ -81,17 +83,18 @@ def replicated_attention_bytes(m: ModelSpec, plan: ServePlan) -> float:
     TP group keeps its stages' attention weights whole instead of 1/tp of them (0 without it)."""
     if not plan.attention_dp or plan.tp == 1:
         return 0.0
-    whole = shape.attention_params(m) * math.ceil(m.layers / plan.pp) * BYTES[plan.precision]
+    whole = shape.attention_params(m) * math.ceil(m.layers / plan.pp) * attention_bytes_per_param(plan.precision)
     return whole * (1.0 - 1.0 / plan.tp)
 
 
 def decode_weight_bytes(m: ModelSpec, precision: str, batch: float) -> float:
-    """Weights one decode step reads: all of a dense model; of an MoE model, the dense part plus
-    the experts the batch touches, E·(1 − (1 − k/E)^b) per MoE layer for b tokens routed at random."""
-    total = weight_bytes(m, precision)
+    """Weights one decode step reads (``streamed_weight_bytes``): all of a dense model; of an MoE
+    model, the dense part plus the experts the batch touches, E·(1 − (1 − k/E)^b) per MoE layer
+    for b tokens routed at random."""
+    total = streamed_weight_bytes(m, precision)
     if not m.moe:
         return total
-    experts = shape.expert_params(m) * BYTES[precision]
+    experts = expert_weight_bytes(m, precision)
     touched = 1.0 - (1.0 - m.experts_active / m.experts) ** max(batch, 0.0)
     return float(total - experts + experts * touched)
 

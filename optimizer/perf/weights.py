@@ -1,0 +1,99 @@
+"""A checkpoint's weights by format: the bytes they take and a forward pass reads, and the rate
+their GEMMs run at. Quantisers store only some weights in the weight format (the transformer blocks'
+linear layers; gpt-oss only its routed experts) and keep the rest in 16-bit, which a 16-bit GEMM
+multiplies. Pure functions of the frozen specs, like the rest of ``optimizer.perf``.
+"""
+
+from __future__ import annotations
+
+from optimizer.perf import model as shape
+from optimizer.perf.specs import BYTES, FORMATS, Device, ModelSpec, ServePlan
+
+# Weight formats whose checkpoints quantise only some weights. The quantisers leave the embedding
+# table and the LM head in 16-bit (NVIDIA ModelOpt FP8 / NVFP4, llm-compressor FP8 and INT8, AutoAWQ
+# and GPTQ: only the transformer blocks' linear layers are quantised), and gpt-oss ships only its
+# routed experts in MXFP4 ("all other tensors in BF16", its model card). A GGUF type is a whole file's
+# mix of block types (Q4_K_M keeps its output layer in Q6_K), so its bits per weight cover every tensor.
+WHOLE_FILE = ("fp16", "bf16", "gguf-q4km")
+EXPERTS_ONLY = ("mxfp4",)
+
+
+def _quantised_params(m: ModelSpec, precision: str) -> int:
+    """Parameters stored in the weight format; the rest are 16-bit (``WHOLE_FILE``, ``EXPERTS_ONLY``)."""
+    if precision in WHOLE_FILE:
+        return shape.param_count(m)
+    if precision in EXPERTS_ONLY:
+        return shape.expert_params(m)
+    return shape.transformer_params(m)
+
+
+def matmul_params_16bit(m: ModelSpec, precision: str) -> float:
+    """Of the weights a token multiplies by (``active_matmul_params``), those a quantised
+    checkpoint keeps in 16-bit, whose GEMMs run at the 16-bit rate: the LM head, and for MXFP4
+    everything but the routed experts (0 for a 16-bit or GGUF model)."""
+    if precision in WHOLE_FILE:
+        return 0.0
+    if precision in EXPERTS_ONLY:
+        return active_matmul_params(m) - routed_matmul_params(m)
+    return float(m.vocab * m.hidden)
+
+
+def weight_bytes(m: ModelSpec, precision: str) -> float:
+    """Bytes of every weight the GPUs hold: the quantised ones in the format, the others in 16-bit."""
+    quantised = _quantised_params(m, precision)
+    return quantised * BYTES[precision] + (shape.param_count(m) - quantised) * 2.0
+
+
+def streamed_weight_bytes(m: ModelSpec, precision: str) -> float:
+    """Bytes a forward pass reads: every weight but an untied input embedding table, of which it
+    gathers only its tokens' rows (a tied table is read whole, as the LM head)."""
+    table = 0.0 if m.tied_embeddings else m.vocab * m.hidden * (BYTES[precision] if precision in WHOLE_FILE else 2.0)
+    return weight_bytes(m, precision) - table
+
+
+def expert_weight_bytes(m: ModelSpec, precision: str) -> float:
+    """Bytes of the routed experts (0 for a dense model): always in the weight format."""
+    return shape.expert_params(m) * BYTES[precision]
+
+
+def attention_bytes_per_param(precision: str) -> float:
+    return 2.0 if precision in EXPERTS_ONLY else BYTES[precision]
+
+
+def gemm_peak(dev: Device, plan: ServePlan) -> float:
+    """Dense FLOP/s of the weight GEMMs: the math precision's peak, or on a GPU that halves its
+    16-bit rate with FP32 accumulation (GeForce) the FP16-accumulate peak when the engine
+    accumulates in FP16 (llama.cpp's cuBLAS GEMMs: CUBLAS_COMPUTE_16F)."""
+    math = math_precision(dev, plan.precision)
+    fast = dev.peak("fp16_acc16") if plan.fp16_accumulate and math in ("fp16", "bf16") else None
+    return fast or dev.peak_of(math)
+
+
+def math_precision(dev: Device, precision: str) -> str:
+    """The tensor-core precision a weight format's GEMMs run in on this GPU."""
+    wanted = FORMATS[precision][1]
+    for candidate in (wanted, "fp8" if wanted == "fp4" else wanted, "bf16", "fp16"):
+        if dev.peak(candidate):
+            return candidate
+    raise ValueError(f"{dev.name} has no tensor cores for {precision}")
+
+
+def active_matmul_params(m: ModelSpec) -> float:
+    """Weights a token multiplies by: every layer's active matmuls and the LM head (a decode token is
+    a one-token prompt: ``model.prefill_matmul_params``)."""
+    return shape.prefill_matmul_params(m, 1.0)
+
+
+def rate_weighted_matmul_params(dev: Device, plan: ServePlan, params: float, params_16bit: float) -> float:
+    """``params`` matmul weights of which ``params_16bit`` are 16-bit weights of a quantised checkpoint
+    (``matmul_params_16bit``), counted at the math precision's rate: each 16-bit one
+    weighs peak / 16-bit peak (2 for FP8 on Hopper, 4 for NVFP4 on Blackwell)."""
+    slower = gemm_peak(dev, plan) / dev.peak_of("bf16", "fp16") - 1.0
+    return params + params_16bit * max(slower, 0.0)
+
+
+def routed_matmul_params(m: ModelSpec) -> float:
+    """Weights a token multiplies by in the routed experts it is sent to (0 for a dense model)."""
+    if not m.moe:
+        return 0.0
+    return m.moe_layers * m.experts_active * m.mlp_matrices * m.hidden * m.expert_ffn_hidden
