@@ -16,13 +16,11 @@ from optimizer.errors import CatalogError, ProblemError, suggest
 from optimizer.perf.comm import tp_allreduce_parts, tp_link
 from optimizer.perf.goodput import goodput
 from optimizer.perf.params import ServeParams, TrainParams
-from optimizer.perf.serve import DECODE_SUMMANDS, ServePlan, math_precision, serve
+from optimizer.perf.serve import DECODE_SUMMANDS, EXPOSED_HOST, HOST_WORK, ServePlan, math_precision, serve
 from optimizer.perf.specs import Hardware, ModelSpec, TrainPlan, as_precision, as_recompute
 from optimizer.perf.train import TrainResult, train_step
 from optimizer.problem import names, resolve_model
 from optimizer.validation import parse_positive
-
-HOST = "host_work"  # the decode step's host work, all of it (``perf.serve._decode_step``)
 
 
 @dataclass(frozen=True, eq=False)
@@ -310,12 +308,12 @@ def _decode_step_text(out: dict[str, Any]) -> str:
     gemm 26.0 + ...; gemm and attention are rooflines, smoothed at the ridge, of: ...'."""
     parts = out["decode_breakdown_ms"]
     summands = " + ".join(f"{k} {parts[k]:,.2f}" for k in DECODE_SUMMANDS if parts.get(k))
-    within = ", ".join(f"{k} {v:,.2f}" for k, v in parts.items() if k not in (*DECODE_SUMMANDS, HOST) and v)
-    hidden = parts.get(HOST, 0.0) - parts.get("overhead", 0.0)
+    within = ", ".join(f"{k} {v:,.2f}" for k, v in parts.items() if k not in (*DECODE_SUMMANDS, HOST_WORK) and v)
+    hidden = parts.get(HOST_WORK, 0.0) - parts.get(EXPOSED_HOST, 0.0)
     overlap = ""
     if hidden > 0.005:  # an overlap scheduler hid some of the host's work (``perf.serve._decode_step``)
-        shown = "all of it hidden" if parts["overhead"] < 0.005 else f"{hidden:,.2f} hidden, the rest is overhead"
-        overlap = (f"; the host's {parts[HOST]:,.2f} ms of work per step runs while the GPU runs the step before "
+        shown = "all of it hidden" if parts[EXPOSED_HOST] < 0.005 else f"{hidden:,.2f} hidden, the rest is overhead"
+        overlap = (f"; the host's {parts[HOST_WORK]:,.2f} ms of work per step runs while the GPU runs the step before "
                    f"(the engine's overlap scheduler: {shown})")
     factor = out.get("kv_read_factor", 1.0)
     unshared = (f" (the cache read {factor:.3g} times: vLLM's PagedAttention V1, unsplit once sequences x query "

@@ -69,7 +69,8 @@ from optimizer.perf.weights import (
 
 __all__ = ["ACT_BYTES", "BYTES", "FORMATS", "KV_PRECISIONS", "SERVE_PRECISIONS", "ServePlan", "ServeResult",
            "ServeTerms", "batch_at_slo", "decode_weight_bytes", "gemm_peak", "kv_bytes_per_token", "math_precision",
-           "max_batch", "serve", "serve_memory", "serve_terms", "serve_time", "weight_bytes", "DECODE_SUMMANDS"]
+           "max_batch", "serve", "serve_memory", "serve_terms", "serve_time", "weight_bytes", "DECODE_SUMMANDS",
+           "EXPOSED_HOST", "HOST_WORK"]
 
 PREFILL_BATCH = 8  # prompts an engine prefills together under load (chunked prefill mixes them in)
 
@@ -270,14 +271,15 @@ def _decode_step(t: ServeTerms, p: ServeParams, share: Num = 1.0) -> tuple[Num, 
              "compute": t.slots * (compute + share * t.attention_flops / (t.peak_16bit * p.attention)),
              "gemm": t.slots * gemm, "attention": t.slots * attention, "tp_comm": t.slots * exposed,
              "pp_send": t.slots * t.send, "pp_handoff": t.slots * handoff, "launches": t.slots * launches,
-             "overhead": exposed_host, "host_work": overhead}
+             EXPOSED_HOST: exposed_host, HOST_WORK: overhead}
     return step, parts
 
 
 # the parts of ``_decode_step``'s parts dict that add up to the step (the others are the two sides of
 # the rooflines gemm and attention are: weights and KV cache read, FLOPs; and the host's whole work
-# per step, of which "overhead" is the share an overlap scheduler leaves showing)
-DECODE_SUMMANDS = ("gemm", "attention", "tp_comm", "pp_send", "pp_handoff", "launches", "overhead")
+# per step, ``HOST_WORK``, of which ``EXPOSED_HOST`` is the share an overlap scheduler leaves showing)
+EXPOSED_HOST, HOST_WORK = "overhead", "host_work"
+DECODE_SUMMANDS = ("gemm", "attention", "tp_comm", "pp_send", "pp_handoff", "launches", EXPOSED_HOST)
 
 
 def _handoff(t: ServeTerms, p: ServeParams, sequences: Num) -> Num:
