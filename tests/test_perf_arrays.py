@@ -114,10 +114,11 @@ def test_array_enumeration_gives_the_reference_table(tmp_path, catalog, edit):
 SERVE_PLANS = [dict(tp=1, pp=1), dict(tp=2, pp=1, precision="fp8", kv_precision="fp8"), dict(tp=1, pp=4),
                dict(tp=2, pp=2, batching="static"), dict(tp=4, pp=1, prefill_ubatch=512, input_len=2048),
                dict(tp=8, pp=1, attention_dp=True), dict(tp=1, pp=2, requests=300, variable_lengths=True),
-               dict(tp=2, pp=1, paged_v1v2=True, input_len=2048), dict(tp=1, pp=1, overlap_scheduler=True)]
+               dict(tp=2, pp=1, paged_v1v2=True, input_len=2048), dict(tp=1, pp=1, overlap_scheduler=True),
+               dict(tp=1, pp=1, precision="mxfp4", gpu="b200"), dict(tp=2, pp=1, precision="nvfp4", gpu="b200")]
 
 
-@pytest.mark.parametrize("model", ["llama3.1-8b", "llama2-70b", "qwen3-30b-a3b"])
+@pytest.mark.parametrize("model", ["llama3.1-8b", "llama2-70b", "qwen3-30b-a3b", "gpt-oss-120b"])
 @pytest.mark.parametrize("fields_", SERVE_PLANS, ids=lambda f: "-".join(f"{k}{v}" for k, v in f.items()))
 def test_serve_terms_over_batches_are_the_scalar_models_to_the_bit(catalog, model, fields_):
     from optimizer.perf.serve import ServePlan, serve_terms
@@ -126,7 +127,9 @@ def test_serve_terms_over_batches_are_the_scalar_models_to_the_bit(catalog, mode
     m = catalog.models[model].spec()
     if fields_.get("attention_dp") and not m.moe:
         pytest.skip("attention data parallelism is an MoE layout")
-    hw = catalog.hardware("h100-sxm", "hgx-hopper-8", None)
+    fields_ = dict(fields_)
+    hw = (catalog.hardware("b200", "hgx-blackwell-8", None) if fields_.pop("gpu", "") == "b200"
+          else catalog.hardware("h100-sxm", "hgx-hopper-8", None))
     plan = ServePlan(**{"input_len": 512, "output_len": 256, "precision": "bf16", "kv_precision": "bf16", **fields_})
     batches = np.array([1, 2, 3, 7, 8, 9, 64, 255, 1000])
     at = serve_terms_at(m, hw, plan, batches)

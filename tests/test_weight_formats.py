@@ -1,53 +1,96 @@
 """What a quantised checkpoint's weights take and cost (``optimizer.perf.weights``): quantisers keep
 the embedding table and the LM head in 16-bit, gpt-oss keeps everything but its routed experts in
-BF16, and a 16-bit GEMM runs at the 16-bit rate."""
+BF16, a forward pass streams all but an untied input table, and a 16-bit GEMM runs at the 16-bit rate."""
+
+from dataclasses import replace
 
 import pytest
 
-from optimizer.perf.model import expert_params, param_count
+from optimizer.perf.model import expert_params, param_count, transformer_params
 from optimizer.perf.serve import ServePlan, serve_terms
+from optimizer.perf.serve_memory import dequant_bytes
 from optimizer.perf.specs import BYTES
 from optimizer.perf.weights import (
     active_matmul_params,
     matmul_params_16bit,
     rate_weighted_matmul_params,
+    routed_matmul_params,
     streamed_weight_bytes,
     weight_bytes,
 )
 
+LLAMA3_TABLE = 128256 * 4096  # Llama 3 8B's untied embedding table, and its LM head
+
 
 def test_fp8_and_nvfp4_keep_the_embedding_and_head_in_16_bit(catalog):
     m = catalog.models["llama3-70b"].spec()
-    table = 128256 * 8192  # Llama 3's untied embedding and LM head, each
-    assert weight_bytes(m, "bf16") == pytest.approx(2 * 70.55e9, rel=2e-3)
-    # nvidia/Llama-3.1-70B-Instruct-FP8 holds about 72.7 GB: 68.5 B FP8 weights and 2 x 1.05 B in BF16
-    assert weight_bytes(m, "fp8") == pytest.approx(70.55e9 - 2 * table + 2 * 2 * table, rel=2e-3)
-    # (and the final norm, also 16-bit)
-    assert weight_bytes(m, "fp8") - weight_bytes(m, "bf16") / 2 == pytest.approx(2 * table, rel=1e-5)
-    # a decode step streams the LM head, not the input table
-    assert weight_bytes(m, "fp8") - streamed_weight_bytes(m, "fp8") == pytest.approx(2 * table)
-    assert weight_bytes(m, "nvfp4") - streamed_weight_bytes(m, "nvfp4") == pytest.approx(2 * table)
+    table = 128256 * 8192
+    blocks = transformer_params(m)
+    assert blocks + 2 * table + 8192 == param_count(m)  # blocks, input table, LM head, final norm
+    assert weight_bytes(m, "bf16") == 2 * param_count(m)
+    assert weight_bytes(m, "fp8") == blocks + 2 * (2 * table + 8192)  # 68.45 B FP8, 2.1 B BF16: 72.7 GB
+    assert weight_bytes(m, "nvfp4") == pytest.approx(blocks * 4.5 / 8 + 2 * (2 * table + 8192))
+    # a forward pass streams the LM head, not the input table, whose rows it gathers
+    for precision in ("bf16", "fp8", "nvfp4", "awq-int4"):
+        assert weight_bytes(m, precision) - streamed_weight_bytes(m, precision) == 2 * table
     assert matmul_params_16bit(m, "fp8") == table and matmul_params_16bit(m, "bf16") == 0
+
+
+def test_a_gguf_type_covers_its_whole_file_and_a_tied_table_is_streamed(catalog):
+    m = catalog.models["llama3-70b"].spec()
+    assert weight_bytes(m, "gguf-q4km") == param_count(m) * BYTES["gguf-q4km"]
+    assert streamed_weight_bytes(m, "gguf-q4km") == (param_count(m) - 128256 * 8192) * BYTES["gguf-q4km"]
+    assert matmul_params_16bit(m, "gguf-q4km") == 0
+    tied = replace(m, tie_embeddings=True)  # one table, read whole as the LM head
+    assert streamed_weight_bytes(tied, "fp8") == weight_bytes(tied, "fp8")
+    assert weight_bytes(m, "fp8") - weight_bytes(tied, "fp8") == 2 * 128256 * 8192
 
 
 def test_gpt_oss_keeps_all_but_its_experts_in_bf16(catalog):
     m = catalog.models["gpt-oss-120b"].spec()
-    # the model card: 116.8 B parameters, checkpoint of about 65 GB (MXFP4 experts, BF16 rest)
-    assert weight_bytes(m, "mxfp4") / 1e9 == pytest.approx(65, rel=0.03)
-    rest = param_count(m) - expert_params(m)
-    assert weight_bytes(m, "mxfp4") == pytest.approx(expert_params(m) * BYTES["mxfp4"] + 2 * rest)
-    # a token multiplies its attention and router in BF16, its four experts in MXFP4
-    assert 0 < matmul_params_16bit(m, "mxfp4") < active_matmul_params(m)
+    # the model card: a checkpoint of 60.8 GiB, MXFP4 experts and every other tensor in BF16
+    assert weight_bytes(m, "mxfp4") == pytest.approx(60.8 * 2**30, rel=0.005)
+    assert weight_bytes(catalog.models["gpt-oss-20b"].spec(), "mxfp4") == pytest.approx(12.8 * 2**30, rel=0.01)
+    # a token multiplies its attention, router and LM head in BF16, its four experts in MXFP4
+    assert matmul_params_16bit(m, "mxfp4") == active_matmul_params(m) - routed_matmul_params(m)
+    assert expert_params(m) > 0
+    # a dense model in MXFP4 has no experts: its blocks' linear layers are the quantised ones
+    dense = catalog.models["llama3-70b"].spec()
+    blocks = transformer_params(dense)
+    assert weight_bytes(dense, "mxfp4") == pytest.approx(blocks * BYTES["mxfp4"] + 2 * (param_count(dense) - blocks))
+    assert matmul_params_16bit(dense, "mxfp4") == 128256 * 8192
 
 
 def test_a_16_bit_gemm_runs_at_the_16_bit_rate(catalog):
-    h100 = catalog.hardware("h100-sxm", "hgx-hopper-8", None).device
-    fp8 = ServePlan(precision="fp8", kv_precision="fp8")
-    # FP8 peak twice BF16's on Hopper: a 16-bit weight costs two FP8 ones
-    assert rate_weighted_matmul_params(h100, fp8, 100.0, 10.0) == pytest.approx(110.0, rel=1e-3)
-    assert rate_weighted_matmul_params(h100, ServePlan(precision="bf16"), 100.0, 10.0) == 100.0
+    h100 = catalog.hardware("h100-sxm", "hgx-hopper-8", None)
+    b200 = catalog.hardware("b200", "hgx-blackwell-8", None)
     m = catalog.models["llama3-8b"].spec()
-    hw = catalog.hardware("h100-sxm", "hgx-hopper-8", None)
-    t8, t16 = serve_terms(m, hw, fp8, 64), serve_terms(m, hw, ServePlan(precision="bf16"), 64)
-    head = 2.0 * 64 * 128256 * 4096
-    assert t8.gemm_flops - t16.gemm_flops == pytest.approx(head, rel=2e-3)  # FP8 peak 2.001 x BF16
+    fp8, bf16 = ServePlan(precision="fp8", kv_precision="fp8"), ServePlan(precision="bf16")
+    fp8_over_bf16 = h100.device.peak_of("fp8") / h100.device.peak_of("bf16")  # 2.001 on Hopper
+    assert rate_weighted_matmul_params(h100.device, fp8, 100.0, 10.0) == pytest.approx(100 + 10 * (fp8_over_bf16 - 1))
+    assert rate_weighted_matmul_params(h100.device, bf16, 100.0, 10.0) == 100.0
+    # decode: the LM head of every sequence; prefill: of every prompt once, not of every prompt token
+    t8, t16 = serve_terms(m, h100, fp8, 64), serve_terms(m, h100, bf16, 64)
+    assert t8.gemm_flops - t16.gemm_flops == pytest.approx(2.0 * 64 * LLAMA3_TABLE * (fp8_over_bf16 - 1))
+    assert t8.prefill_gemm_flops - t16.prefill_gemm_flops == pytest.approx(2.0 * LLAMA3_TABLE * (fp8_over_bf16 - 1))
+    # NVFP4 on Blackwell: the BF16 head takes four FP4 weights' time
+    nvfp4 = ServePlan(precision="nvfp4", kv_precision="fp8")
+    fp4_over_bf16 = b200.device.peak_of("fp4") / b200.device.peak_of("bf16")
+    assert fp4_over_bf16 == pytest.approx(4.0, rel=0.01)
+    t4 = serve_terms(m, b200, nvfp4, 64)
+    assert t4.gemm_flops == pytest.approx(2.0 * 64 * (active_matmul_params(m) + LLAMA3_TABLE * (fp4_over_bf16 - 1)))
+
+
+def test_weight_only_int4_and_fp16_accumulation_charge_the_head_nothing_extra(catalog):
+    rig = catalog.hardware("rtx-4090", "desktop-4", None)
+    for precision in ("awq-int4", "int4", "gguf-q4km"):
+        plan = ServePlan(precision=precision, fp16_accumulate=True)
+        assert rate_weighted_matmul_params(rig.device, plan, 100.0, 10.0) == 100.0
+
+
+def test_llama_cpp_dequantises_the_streamed_quantised_weights_only(catalog):
+    m = catalog.models["llama3-8b"].spec()
+    plan = ServePlan(precision="gguf-q4km", prefill_dequant=True)
+    assert dequant_bytes(m, plan) == pytest.approx((param_count(m) - LLAMA3_TABLE) * (BYTES["gguf-q4km"] + 2.0))
+    int4 = ServePlan(precision="awq-int4", prefill_dequant=True)
+    assert dequant_bytes(m, int4) == pytest.approx(transformer_params(m) * (BYTES["awq-int4"] + 2.0))

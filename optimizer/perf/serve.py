@@ -94,7 +94,7 @@ class ServeTerms:
     kv_bytes: Num  # per GPU per micro-batch step
     overlap: Num  # 1: the host's work per step overlaps the GPU's (an overlap scheduler); 0: it adds to it
     kv_read_factor: Num  # times the step reads the KV cache (``unshared_kv_factor``; 1 but for vLLM's V1 kernel)
-    gemm_flops: Num  # per GPU per micro-batch step
+    gemm_flops: Num  # per GPU per micro-batch step, at ``peak``'s rate (a 16-bit weight's counted over: weights.py)
     expert_flops: Num  # of which the routed experts' GEMMs
     attention_flops: Num  # per GPU per micro-batch step
     comm_bw: Num  # s per micro-batch step: TP all-reduce bytes
@@ -102,7 +102,7 @@ class ServeTerms:
     send: Num  # s per micro-batch step: to the next pipeline stage
     prefill_prompts: Num  # prompts prefilled together (the whole batch when static)
     prefill_chunks: Num  # micro-batches one prefill pass is split into, pipelined over the stages
-    prefill_gemm_flops: Num  # per GPU per prompt
+    prefill_gemm_flops: Num  # per GPU per prompt, at ``peak``'s rate as ``gemm_flops``
     prefill_expert_flops: Num  # of which the routed experts' GEMMs
     prefill_gemm_per_width: Num  # per GPU per prompt: Σ FLOPs / narrowest side, prompts prefilled together
     prefill_one_gemm_per_width: Num  # the same for a prompt prefilled alone

@@ -11,6 +11,7 @@ from optimizer.perf import model as shape
 from optimizer.perf.specs import ACT_BYTES, BYTES, FORMATS, Hardware, ModelSpec, ServePlan
 from optimizer.perf.weights import (
     attention_bytes_per_param,
+    dequantised_params,
     expert_weight_bytes,
     streamed_weight_bytes,
     weight_bytes,
@@ -83,14 +84,14 @@ def replicated_attention_bytes(m: ModelSpec, plan: ServePlan) -> float:
     TP group keeps its stages' attention weights whole instead of 1/tp of them (0 without it)."""
     if not plan.attention_dp or plan.tp == 1:
         return 0.0
-    whole = shape.attention_params(m) * math.ceil(m.layers / plan.pp) * attention_bytes_per_param(plan.precision)
+    whole = shape.attention_params(m) * math.ceil(m.layers / plan.pp) * attention_bytes_per_param(m, plan.precision)
     return whole * (1.0 - 1.0 / plan.tp)
 
 
 def decode_weight_bytes(m: ModelSpec, precision: str, batch: float) -> float:
-    """Weights one decode step reads (``streamed_weight_bytes``): all of a dense model; of an MoE
-    model, the dense part plus the experts the batch touches, E·(1 − (1 − k/E)^b) per MoE layer
-    for b tokens routed at random."""
+    """Weights one decode step reads (``streamed_weight_bytes``: all but an untied input embedding
+    table): all of a dense model's; of an MoE model's, the dense part plus the experts the batch
+    touches, E·(1 − (1 − k/E)^b) per MoE layer for b tokens routed at random."""
     total = streamed_weight_bytes(m, precision)
     if not m.moe:
         return total
@@ -108,7 +109,7 @@ def dequant_bytes(m: ModelSpec, plan: ServePlan) -> float:
     nbytes, math_format = FORMATS[plan.precision]
     if not plan.prefill_dequant or math_format != "fp16" or nbytes >= 2.0:
         return 0.0
-    return shape.param_count(m) * (nbytes + 2.0)
+    return dequantised_params(m, plan.precision) * (nbytes + 2.0)
 
 
 def held_context(plan: ServePlan) -> float:

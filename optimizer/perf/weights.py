@@ -6,23 +6,30 @@ multiplies. Pure functions of the frozen specs, like the rest of ``optimizer.per
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from optimizer.perf import model as shape
 from optimizer.perf.specs import BYTES, FORMATS, Device, ModelSpec, ServePlan
 
 # Weight formats whose checkpoints quantise only some weights. The quantisers leave the embedding
 # table and the LM head in 16-bit (NVIDIA ModelOpt FP8 / NVFP4, llm-compressor FP8 and INT8, AutoAWQ
 # and GPTQ: only the transformer blocks' linear layers are quantised), and gpt-oss ships only its
-# routed experts in MXFP4 ("all other tensors in BF16", its model card). A GGUF type is a whole file's
-# mix of block types (Q4_K_M keeps its output layer in Q6_K), so its bits per weight cover every tensor.
+# routed experts in MXFP4 ("all other tensors in BF16", its model card; a dense model in MXFP4 is
+# quantised as the other formats are). A GGUF type is a whole file's mix of block types (Q4_K_M keeps
+# its output layer in Q6_K), so its bits per weight cover every tensor.
 WHOLE_FILE = ("fp16", "bf16", "gguf-q4km")
 EXPERTS_ONLY = ("mxfp4",)
+
+
+def _experts_only(m: ModelSpec, precision: str) -> bool:
+    return precision in EXPERTS_ONLY and m.moe
 
 
 def _quantised_params(m: ModelSpec, precision: str) -> int:
     """Parameters stored in the weight format; the rest are 16-bit (``WHOLE_FILE``, ``EXPERTS_ONLY``)."""
     if precision in WHOLE_FILE:
         return shape.param_count(m)
-    if precision in EXPERTS_ONLY:
+    if _experts_only(m, precision):
         return shape.expert_params(m)
     return shape.transformer_params(m)
 
@@ -33,7 +40,7 @@ def matmul_params_16bit(m: ModelSpec, precision: str) -> float:
     everything but the routed experts (0 for a 16-bit or GGUF model)."""
     if precision in WHOLE_FILE:
         return 0.0
-    if precision in EXPERTS_ONLY:
+    if _experts_only(m, precision):
         return active_matmul_params(m) - routed_matmul_params(m)
     return float(m.vocab * m.hidden)
 
@@ -56,8 +63,9 @@ def expert_weight_bytes(m: ModelSpec, precision: str) -> float:
     return shape.expert_params(m) * BYTES[precision]
 
 
-def attention_bytes_per_param(precision: str) -> float:
-    return 2.0 if precision in EXPERTS_ONLY else BYTES[precision]
+def attention_bytes_per_param(m: ModelSpec, precision: str) -> float:
+    """Bytes per attention weight: the format's, but 16-bit where only the experts are quantised."""
+    return 2.0 if _experts_only(m, precision) else BYTES[precision]
 
 
 def gemm_peak(dev: Device, plan: ServePlan) -> float:
@@ -86,10 +94,20 @@ def active_matmul_params(m: ModelSpec) -> float:
 
 def rate_weighted_matmul_params(dev: Device, plan: ServePlan, params: float, params_16bit: float) -> float:
     """``params`` matmul weights of which ``params_16bit`` are 16-bit weights of a quantised checkpoint
-    (``matmul_params_16bit``), counted at the math precision's rate: each 16-bit one
-    weighs peak / 16-bit peak (2 for FP8 on Hopper, 4 for NVFP4 on Blackwell)."""
-    slower = gemm_peak(dev, plan) / dev.peak_of("bf16", "fp16") - 1.0
+    (``matmul_params_16bit``), counted at the rate of the plan's GEMMs (``gemm_peak``): each 16-bit
+    one weighs that peak over the 16-bit GEMMs' (2 for FP8 on Hopper, 4 for NVFP4 on Blackwell, 1
+    where the format's GEMMs run in 16-bit anyway, as weight-only INT4 and GGUF do)."""
+    slower = gemm_peak(dev, plan) / gemm_peak(dev, replace(plan, precision="fp16")) - 1.0
     return params + params_16bit * max(slower, 0.0)
+
+
+def dequantised_params(m: ModelSpec, precision: str) -> float:
+    """Weights a prefill pass dequantises into 16-bit copies (``serve_memory.dequant_bytes``): the
+    quantised ones it streams (an untied input table's rows are gathered, not multiplied)."""
+    quantised = _quantised_params(m, precision)
+    if precision in WHOLE_FILE and not m.tied_embeddings:
+        quantised -= m.vocab * m.hidden
+    return float(quantised)
 
 
 def routed_matmul_params(m: ModelSpec) -> float:
