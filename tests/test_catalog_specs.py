@@ -58,7 +58,7 @@ def _catalog_copy(tmp_path: Path, old: str, new: str) -> Path:
 
 def test_a_figure_without_a_source_is_rejected_naming_the_gpu_and_field(tmp_path):
     h100 = ("specs: {memory_gb: stas00, mem_bw_gbs: stas00, bf16_tflops: stas00, fp16_tflops: stas00, "
-            "fp8_tflops: stas00, link_bw_gbs: stas00, tdp_w: stas00}")
+            "fp8_tflops: stas00, link_bw_gbs: stas00, tdp_w: stas00, mamf_bf16: stas00_mamf, mamf_fp8: stas00_mamf}")
     root = _catalog_copy(tmp_path, h100, h100.replace("fp8_tflops: stas00, ", ""))
     with pytest.raises(CatalogError) as err:
         load_catalog(root)
@@ -126,7 +126,8 @@ def test_geforce_fp16_accumulate_doubles_the_prompt_gemms_of_an_engine_that_uses
     assert fast.fp16_accumulate and not slow.fp16_accumulate
     assert gemm_peak(dev, fast) == pytest.approx(2 * gemm_peak(dev, slow), rel=1e-3)  # 330.3 vs 165.2
     h100 = ServePlan(precision="fp16", **catalog.serve_plan_traits("h100-sxm", "llamacpp"))
-    assert gemm_peak(catalog.device("h100-sxm"), h100) == catalog.device("h100-sxm").peak("fp16")
+    h100_dev = catalog.device("h100-sxm")
+    assert gemm_peak(h100_dev, h100) == h100_dev.peak("fp16") * h100_dev.achievable_share("fp16")
     m = catalog.models["llama3-8b"].spec()
     hw = catalog.hardware("rtx-4090", "desktop-4", None)
     params = catalog.serve_params("rtx-4090", "fp16", "llamacpp")
@@ -150,3 +151,21 @@ def test_a_model_spelled_out_in_a_problem_is_checked_and_built_as_a_preset(catal
         assert InlineModel(name=preset.id, **fields).spec() == preset.spec(), preset.id
     with pytest.raises(ValidationError, match="sliding_layers .at most layers. and sliding_window go together"):
         InlineModel(layers=2, hidden=64, heads=4, ffn_hidden=128, vocab=100, seq_len=32, mlp="gelu", sliding_layers=1)
+
+
+def test_a_gemm_reaches_the_measured_share_of_the_peak(catalog):
+    """stas00's MAMF table: measured / theory per part; a part without a measurement takes its
+    family's mean, FP8 its BF16 share, and a family no one measured the median of the measured."""
+    from optimizer.catalog.matmul import achievable_shares
+
+    shares = {g: dict(achievable_shares(catalog.gpus, g)) for g in catalog.gpus}
+    assert shares["h100-sxm"]["bf16"] == pytest.approx(794.5 / 989, abs=5e-4)
+    assert shares["h100-sxm"]["fp8"] == pytest.approx(1402.6 / 1979, abs=5e-4)
+    assert shares["gaudi2"]["bf16"] == pytest.approx(418.7 / 432, abs=5e-4)
+    assert shares["mi300x"]["bf16"] == pytest.approx(668.4 / 1300, abs=5e-4)
+    assert shares["mi300x"]["fp8"] == shares["mi300x"]["bf16"]  # not measured: its BF16 share
+    hopper = [catalog.gpus[g].mamf_bf16 for g in ("h100-sxm", "h200-sxm", "gh200")]
+    assert shares["h100-pcie"]["bf16"] == pytest.approx(sum(hopper) / 3)  # the family's measured parts
+    measured = sorted(g.mamf_bf16 for g in catalog.gpus.values() if g.mamf_bf16)
+    assert shares["rtx-4090"]["bf16"] == measured[len(measured) // 2]  # no Ada part measured
+    assert all(0.3 < s <= 1.0 for per in shares.values() for s in per.values())

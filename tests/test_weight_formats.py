@@ -12,6 +12,7 @@ from optimizer.perf.serve_memory import dequant_bytes
 from optimizer.perf.specs import BYTES
 from optimizer.perf.weights import (
     active_matmul_params,
+    gemm_peak,
     matmul_params_16bit,
     rate_weighted_matmul_params,
     routed_matmul_params,
@@ -66,7 +67,9 @@ def test_a_16_bit_gemm_runs_at_the_16_bit_rate(catalog):
     b200 = catalog.hardware("b200", "hgx-blackwell-8", None)
     m = catalog.models["llama3-8b"].spec()
     fp8, bf16 = ServePlan(precision="fp8", kv_precision="fp8"), ServePlan(precision="bf16")
-    fp8_over_bf16 = h100.device.peak_of("fp8") / h100.device.peak_of("bf16")  # 2.001 on Hopper
+    # FP8 GEMMs reach 1,403 TFLOP/s on an H100, BF16 ones 795 (measured MAMF): 1.77 x
+    fp8_over_bf16 = gemm_peak(h100.device, fp8) / gemm_peak(h100.device, bf16)
+    assert fp8_over_bf16 == pytest.approx(1402.6 / 794.5, rel=2e-3)
     assert rate_weighted_matmul_params(h100.device, fp8, 100.0, 10.0) == pytest.approx(100 + 10 * (fp8_over_bf16 - 1))
     assert rate_weighted_matmul_params(h100.device, bf16, 100.0, 10.0) == 100.0
     # decode: the LM head of every sequence; prefill: of every prompt once, not of every prompt token
@@ -75,8 +78,8 @@ def test_a_16_bit_gemm_runs_at_the_16_bit_rate(catalog):
     assert t8.prefill_gemm_flops - t16.prefill_gemm_flops == pytest.approx(2.0 * LLAMA3_TABLE * (fp8_over_bf16 - 1))
     # NVFP4 on Blackwell: the BF16 head takes four FP4 weights' time
     nvfp4 = ServePlan(precision="nvfp4", kv_precision="fp8")
-    fp4_over_bf16 = b200.device.peak_of("fp4") / b200.device.peak_of("bf16")
-    assert fp4_over_bf16 == pytest.approx(4.0, rel=0.01)
+    fp4_over_bf16 = gemm_peak(b200.device, nvfp4) / gemm_peak(b200.device, bf16)
+    assert fp4_over_bf16 == pytest.approx(4.0 * 0.763 / 0.776, rel=0.01)  # FP4 takes FP8's measured share
     t4 = serve_terms(m, b200, nvfp4, 64)
     assert t4.gemm_flops == pytest.approx(2.0 * 64 * (active_matmul_params(m) + LLAMA3_TABLE * (fp4_over_bf16 - 1)))
 

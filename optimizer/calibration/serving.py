@@ -31,7 +31,8 @@ from optimizer.perf.specs import Hardware, ModelSpec
 
 MEAN_LENGTHS = re.compile(r"mean input/output tokens per request (\d+)/(\d+)")
 
-# The hardware's own limits: every kernel at the spec peak and bandwidth, no overheads, no latency.
+# The hardware's own limits: every kernel at the spec bandwidth and at the most a matmul sweep reached on
+# the part (``Device.achievable_share``), no overheads, no latency.
 ROOFLINE = ServeParams(gemm=1.0, gemm_half_width=0.0, attention=1.0, mem_bw=1.0, kv_bw=1.0, moe_efficiency=1.0,
                        allreduce_latency=0.0, ridge_slowdown=1.0)  # the overheads' defaults are 0
 
@@ -228,8 +229,8 @@ def above_roofline(terms: ServeTerms, scale: float, measured: tuple[tuple[str, f
     """Why a row at a stated batch is faster than its hardware allows, if it is.
 
     At the roofline (Williams et al. 2009) every decode step reads the weights, and the experts its
-    tokens route to, at the GPUs' spec bandwidth, with every GEMM at the spec peak, no overhead and
-    no time on the links between GPUs.
+    tokens route to, at the GPUs' spec bandwidth, with every GEMM at the most a matmul sweep has
+    reached on the part (its measured MAMF), no overhead and no time on the links between GPUs.
     A throughput above that, or a TPOT below it, cannot have been measured on the stated workload:
     most likely fewer tokens were generated than the row says (a script that stops at the end-of-
     sequence token, as TensorRT-LLM's examples/run.py does unless given ``--end_id``). The experts

@@ -15,6 +15,7 @@ from typing import Literal, Protocol, TypeVar, overload
 
 from optimizer.catalog.efficiency_table import Ceiling
 from optimizer.catalog.files import CloudFile, GpuFile, ModelFile, NetworkFile, RegionFile, ServerFile, UncertaintyFile
+from optimizer.catalog.matmul import achievable_shares
 from optimizer.catalog.offers import Offer
 from optimizer.catalog.prices import PRICED, PricedEntry, priced_item, with_price, with_used_prices
 from optimizer.catalog.records import (  # re-exported: the records are part of the catalog's surface
@@ -157,7 +158,7 @@ class Catalog:
         gpu = self.gpus[gpu_id]
         peaks = tuple((p, tflops * 1e12) for p in ("bf16", "fp16", "fp8", "fp4", "fp16_acc16")
                       if (tflops := gpu.tflops(p)))
-        return Device(gpu.id, gpu.memory_bytes, gpu.mem_bw_gbs * GB, peaks)
+        return Device(gpu.id, gpu.memory_bytes, gpu.mem_bw_gbs * GB, peaks, achievable_shares(self.gpus, gpu_id))
 
     @overload
     def stack(self, kind: Literal["train", "training"], ident: str | None, gpu_id: str) -> TrainStack: ...

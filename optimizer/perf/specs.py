@@ -161,6 +161,15 @@ class Device:
     memory: float  # bytes
     mem_bw: float  # bytes/s
     peak_flops: tuple[tuple[str, float], ...]  # (precision, dense FLOP/s)
+    # (precision, share of the peak a GEMM reaches: measured MAMF / theory); 1 where not given
+    achievable: tuple[tuple[str, float], ...] = ()
+
+    def achievable_share(self, precision: str) -> float:
+        """The share of ``precision``'s peak a well-shaped GEMM reaches on this part (FP4 takes FP8's
+        measurement, any other precision BF16's, where there is none of its own)."""
+        shares = dict(self.achievable)
+        fallback = ("fp8", "bf16") if precision == "fp4" else ("bf16",)
+        return next((shares[p] for p in (precision, *fallback) if p in shares), 1.0)
 
     def peak(self, precision: str) -> float | None:
         return dict(self.peak_flops).get(precision)

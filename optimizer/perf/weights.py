@@ -69,12 +69,15 @@ def attention_bytes_per_param(m: ModelSpec, precision: str) -> float:
 
 
 def gemm_peak(dev: Device, plan: ServePlan) -> float:
-    """Dense FLOP/s of the weight GEMMs: the math precision's peak, or on a GPU that halves its
-    16-bit rate with FP32 accumulation (GeForce) the FP16-accumulate peak when the engine
-    accumulates in FP16 (llama.cpp's cuBLAS GEMMs: CUBLAS_COMPUTE_16F)."""
+    """Dense FLOP/s the weight GEMMs can reach: the math precision's peak (or on a GPU that halves
+    its 16-bit rate with FP32 accumulation, GeForce, the FP16-accumulate peak when the engine
+    accumulates in FP16: llama.cpp's cuBLAS GEMMs, CUBLAS_COMPUTE_16F), times the share of it a
+    matmul sweep measured on the part (``Device.achievable_share``: 97 % of Gaudi 2's, 80 % of an
+    H100's, 51 % of an MI300X's BF16 peak), so that an engine's GEMM efficiency is a share of what
+    the part can do and carries over between parts."""
     math = math_precision(dev, plan.precision)
     fast = dev.peak("fp16_acc16") if plan.fp16_accumulate and math in ("fp16", "bf16") else None
-    return fast or dev.peak_of(math)
+    return (fast or dev.peak_of(math)) * dev.achievable_share(math)
 
 
 def math_precision(dev: Device, precision: str) -> str:
