@@ -25,14 +25,21 @@ from optimizer.calibration.data import (
 )
 from optimizer.catalog import Catalog
 from optimizer.perf.params import ServeParams
-from optimizer.perf.serve import ServePlan, ServeTerms, max_batch, serve_memory, serve_terms, serve_time
+from optimizer.perf.serve import (
+    ServePlan,
+    ServeTerms,
+    math_precision,
+    max_batch,
+    serve_memory,
+    serve_terms,
+    serve_time,
+)
 from optimizer.perf.serve_memory import full_length_batch
 from optimizer.perf.specs import Hardware, ModelSpec
 
 MEAN_LENGTHS = re.compile(r"mean input/output tokens per request (\d+)/(\d+)")
 
-# The hardware's own limits: every kernel at the spec bandwidth and at the most a matmul sweep reached on
-# the part (``Device.achievable_share``), no overheads, no latency.
+# The hardware's own limits: every kernel at the spec peak and bandwidth, no overheads, no latency.
 ROOFLINE = ServeParams(gemm=1.0, gemm_half_width=0.0, attention=1.0, mem_bw=1.0, kv_bw=1.0, moe_efficiency=1.0,
                        allreduce_latency=0.0, ridge_slowdown=1.0)  # the overheads' defaults are 0
 
@@ -215,7 +222,8 @@ def serving_case(row: dict[str, str], catalog: Catalog, aliases: Aliases, source
     if not (measured := _measured(row, tuple(facts.get("ignore", assume.get("ignore", ()))), kind == "rate", static)):
         return "no measured throughput or latency in the row" + (
             " (e2e_latency_s is read for a static batch only)" if row.get("e2e_latency_s") else "")
-    if kind == "batch" and (why := above_roofline(terms, scale, measured)):
+    spec = replace(terms, peak=terms.peak / hw.device.achievable_share(math_precision(hw.device, plan.precision)))
+    if kind == "batch" and (why := above_roofline(spec, scale, measured)):
         return why
     config = (f"{model_id} {plan.precision}/{plan.kv_precision}-kv on {count} x {place.gpu} TP{tp} PP{pp}"
               f"{' attention-DP' if plan.attention_dp else ''} "
@@ -229,8 +237,9 @@ def above_roofline(terms: ServeTerms, scale: float, measured: tuple[tuple[str, f
     """Why a row at a stated batch is faster than its hardware allows, if it is.
 
     At the roofline (Williams et al. 2009) every decode step reads the weights, and the experts its
-    tokens route to, at the GPUs' spec bandwidth, with every GEMM at the most a matmul sweep has
-    reached on the part (its measured MAMF), no overhead and no time on the links between GPUs.
+    tokens route to, at the GPUs' spec bandwidth, with every GEMM at the spec peak (``terms.peak``
+    as the caller gives it: the spec, not the measured ceiling the model's GEMMs are counted
+    against), no overhead and no time on the links between GPUs.
     A throughput above that, or a TPOT below it, cannot have been measured on the stated workload:
     most likely fewer tokens were generated than the row says (a script that stops at the end-of-
     sequence token, as TensorRT-LLM's examples/run.py does unless given ``--end_id``). The experts

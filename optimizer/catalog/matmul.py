@@ -1,29 +1,38 @@
-"""The share of a GPU's peak a matmul reaches: measured Maximum Achievable Matmul FLOPS over the
-theoretical peak (stas00's MAMF table, catalogs/gpus.yaml ``mamf_bf16`` / ``mamf_fp8``). A serving
-engine's fitted GEMM efficiency is a share of it, so that it carries over between parts: Gaudi 2
-reaches 97 % of its BF16 peak, an H100 80 %, an MI300X 51 %.
+"""The share of a GPU's peak a matmul reaches: measured Maximum Achievable Matmul FLOPS (stas00's
+MAMF table, catalogs/gpus.yaml ``mamf_bf16_tflops`` / ``mamf_fp8_tflops``) over the entry's own peak.
+A serving engine's fitted GEMM efficiency is a share of it, so that it carries over between parts:
+Gaudi 2 reaches 97 % of its BF16 peak, an H100 80 %, an MI300X 51 %.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from statistics import mean, median
 
 from optimizer.catalog.records import Gpu
 
 
+def _measured(gpu: Gpu, precision: str) -> float | None:
+    """A part's own measured share at ``precision`` (bf16 or fp8), if any."""
+    tflops, peak = getattr(gpu, f"mamf_{precision}_tflops"), gpu.tflops(precision)
+    return min(tflops / peak, 1.0) if tflops and peak else None
+
+
 def achievable_shares(gpus: Mapping[str, Gpu], gpu_id: str) -> tuple[tuple[str, float], ...]:
-    """(precision, measured MAMF / theory) of a GPU: its own measurement, else the mean of its
-    family's measured parts; for FP8, else its BF16 share; else the median of every measured part
-    (an assumption for the families no one measured: GeForce, Ada, Volta, CDNA 2)."""
+    """(precision, measured MAMF / peak) of a GPU: its own measurement, else the mean over the
+    distinct measurements of its family (a figure two parts share, as the H100's BF16 one that
+    stas00 gives the H200 too, counts once); for FP8, else its BF16 share; else the median of the
+    measured parts' distinct shares (an assumption for the families no one measured: GeForce, Ada,
+    Volta, CDNA 2)."""
     gpu = gpus[gpu_id]
 
-    def share(field: str) -> float | None:
-        family = [v for g in gpus.values() if g.family == gpu.family and (v := getattr(g, field))]
-        return getattr(gpu, field) or (sum(family) / len(family) if family else None)
+    def share(precision: str) -> float | None:
+        family = {v for g in gpus.values() if g.family == gpu.family and (v := _measured(g, precision))}
+        return _measured(gpu, precision) or (mean(sorted(family)) if family else None)
 
-    every = sorted(g.mamf_bf16 for g in gpus.values() if g.mamf_bf16)
-    bf16 = share("mamf_bf16") or (every[len(every) // 2] if every else 1.0)
+    every = sorted({v for g in gpus.values() if (v := _measured(g, "bf16"))})
+    bf16 = share("bf16") or (median(every) if every else 1.0)
     out = [("bf16", bf16), ("fp16", bf16)]
     if gpu.fp8_tflops:
-        out.append(("fp8", share("mamf_fp8") or bf16))
+        out.append(("fp8", share("fp8") or bf16))
     return tuple(out)

@@ -44,7 +44,7 @@ GpuFamily = Literal["volta", "turing", "ampere", "ampere-ga10x", "ada", "hopper"
 GPU_FAMILIES: tuple[str, ...] = get_args(GpuFamily)
 # The numeric specs of a GPU entry; each one present needs a source in the entry's ``specs`` map.
 SPEC_FIELDS = ("memory_gb", "ecc_reserved", "mem_bw_gbs", "bf16_tflops", "fp16_tflops", "fp16_acc16_tflops",
-               "fp8_tflops", "fp4_tflops", "mamf_bf16", "mamf_fp8", "link_bw_gbs", "tdp_w")
+               "fp8_tflops", "fp4_tflops", "mamf_bf16_tflops", "mamf_fp8_tflops", "link_bw_gbs", "tdp_w")
 
 
 class SpecSource(Record):
@@ -80,9 +80,9 @@ class Gpu(Record):
     # FP16 tensor math with FP16 accumulation, where it runs faster than with FP32 accumulation
     # (GeForce cards: twice the rate); the 16-bit figures above are FP32-accumulate
     fp16_acc16_tflops: float | None = Field(default=None, gt=0, le=100_000)
-    # measured Maximum Achievable Matmul FLOPS over the theoretical peak (stas00's MAMF table)
-    mamf_bf16: float | None = Field(default=None, gt=0, le=1)
-    mamf_fp8: float | None = Field(default=None, gt=0, le=1)
+    # measured Maximum Achievable Matmul FLOPS (stas00's MAMF table): the most a GEMM reached on the part
+    mamf_bf16_tflops: float | None = Field(default=None, gt=0, le=100_000)
+    mamf_fp8_tflops: float | None = Field(default=None, gt=0, le=100_000)
     link: str
     link_bw_gbs: float = Field(gt=0, le=100_000)
     link_domain: int | None = Field(default=None, ge=1)

@@ -44,7 +44,7 @@ class TrainParams:
 class ServeParams:
     """Efficiency of an inference engine (``optimizer.perf.serve``)."""
 
-    gemm: Num = 0.6  # large GEMMs (prefill, decode at large batch), fraction of the dense peak of the math precision
+    gemm: Num = 0.6  # large GEMMs (prefill, decode at large batch), fraction of the part's matmul ceiling (gemm_peak)
     gemm_half_width: Num = 128.0  # a GEMM whose narrowest side is this wide runs at half that
     attention: Num = 0.45  # prefill attention kernels, fraction of the 16-bit dense peak
     mem_bw: Num = 0.85  # streaming weights, fraction of memory bandwidth

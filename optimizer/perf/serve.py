@@ -114,7 +114,7 @@ class ServeTerms:
     prefill_send: Num  # s per prompt
     prefill_budget: Num  # tokens a step may prefill (the engine's token budget)
     stages: Num  # pp
-    peak: Num  # dense FLOP/s of the GEMMs' math precision
+    peak: Num  # FLOP/s the GEMMs can reach at their math precision (``weights.gemm_peak``: spec x measured share)
     peak_16bit: Num
     mem_bw: Num
 

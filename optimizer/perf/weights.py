@@ -98,8 +98,9 @@ def active_matmul_params(m: ModelSpec) -> float:
 def rate_weighted_matmul_params(dev: Device, plan: ServePlan, params: float, params_16bit: float) -> float:
     """``params`` matmul weights of which ``params_16bit`` are 16-bit weights of a quantised checkpoint
     (``matmul_params_16bit``), counted at the rate of the plan's GEMMs (``gemm_peak``): each 16-bit
-    one weighs that peak over the 16-bit GEMMs' (2 for FP8 on Hopper, 4 for NVFP4 on Blackwell, 1
-    where the format's GEMMs run in 16-bit anyway, as weight-only INT4 and GGUF do)."""
+    one weighs that rate over the 16-bit GEMMs' (1.77 for FP8 on an H100, whose measured FP8 and BF16
+    ceilings are 1,403 and 795 TFLOP/s; 3.93 for NVFP4 on a B200; 1 where the format's GEMMs run in
+    16-bit anyway, as weight-only INT4 and GGUF do)."""
     slower = gemm_peak(dev, plan) / gemm_peak(dev, replace(plan, precision="fp16")) - 1.0
     return params + params_16bit * max(slower, 0.0)
 
