@@ -54,6 +54,7 @@ class TrainTerms:
     score_bytes: Num  # per micro-batch: attention scores through memory (no FlashAttention)
     peak: Num  # FLOP/s, dense, at the plan's precision
     peak_16bit: Num  # FLOP/s, dense bf16 (fp16 where the GPU has no bf16)
+    gemm_share: Num  # share of ``peak`` a matmul reaches on the part (``Device.achievable_share``)
     mem_bw: Num  # bytes/s
     tp_comm: Num  # s per micro-batch
     cp_comm: Num  # s per micro-batch (before the attention it hides behind)
@@ -269,6 +270,7 @@ def replica_terms(m: ModelSpec, hw: Hardware, plan: TrainPlan) -> TrainTerms:
         elementwise=elementwise * tokens_mb, layer_passes=float(layers),
         moe_layer_passes=float(math.ceil(m.moe_layers / plan.pp)) if m.moe else 0.0,
         score_bytes=scores * tokens_mb, peak=dev.peak_of(plan.precision), peak_16bit=peak_16, mem_bw=dev.mem_bw,
+        gemm_share=dev.achievable_share(plan.precision),
         tp_comm=comm["tp"], cp_comm=comm["cp"], ep_comm=comm["ep"], pp_comm=comm["pp"], fsdp_comm=0.0,
         dp_comm=0.0, optimizer_bytes=0.0, nodes=1.0, tokens_per_step=0.0, gpus=0.0,
         model_flops_per_token=shape.model_flops_per_token(m, s),
@@ -284,7 +286,7 @@ def _exposed(comm: Num, hidden_share: Num, window: Num) -> Num:
 
 def step_time(t: TrainTerms, p: TrainParams) -> StepParts:
     """Seconds per step by term. Element-wise arithmetic only, so ``t`` and ``p`` may hold arrays."""
-    gemm = (t.gemm_flops + p.gemm_half_width * t.gemm_flops_per_width) / (t.peak * p.gemm)
+    gemm = (t.gemm_flops + p.gemm_half_width * t.gemm_flops_per_width) / (t.peak * t.gemm_share * p.gemm)
     attention = t.attention_flops / (t.peak_16bit * p.attention)
     memory = (t.elementwise * p.elementwise_bytes + t.score_bytes) / (t.mem_bw * p.mem_bw)
     compute_mb = gemm + attention + memory

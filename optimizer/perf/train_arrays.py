@@ -210,6 +210,7 @@ def replica_terms(m: ModelSpec, hw: Hardware, p: PlanArrays) -> TrainTerms:
         moe_layer_passes=(-(-m.moe_layers // p.pp)).astype(float) if m.moe else np.zeros(np.shape(p.pp)),
         score_bytes=scores * tokens_mb, peak=dev.peak_of(p.precision),
         peak_16bit=dev.peak_of("bf16", "fp16", p.precision), mem_bw=dev.mem_bw,
+        gemm_share=dev.achievable_share(p.precision),
         tp_comm=comm["tp"], cp_comm=comm["cp"], ep_comm=comm["ep"], pp_comm=comm["pp"],
         fsdp_comm=0.0, dp_comm=0.0, optimizer_bytes=0.0, nodes=1.0, tokens_per_step=0.0, gpus=0.0,
         model_flops_per_token=shape.model_flops_per_token(m, s), hardware_flops_per_token=hardware_flops[p.recompute],
