@@ -192,3 +192,8 @@ def test_training_counts_mfu_against_the_spec_peak_and_gemms_against_the_ceiling
     terms = train_terms(catalog.models["llama2-7b"].spec(), hw, TrainPlan(dp=8))
     assert terms.peak == hw.device.peak_of("bf16") == 989e12
     assert terms.gemm_share == pytest.approx(794.5 / 989)
+    assert train_terms(catalog.models["llama2-7b"].spec(), hw, TrainPlan(dp=8, precision="fp8")).gemm_share \
+        == pytest.approx(1402.6 / 1979)
+    from optimizer.perf.train import train_step
+    r = train_step(catalog.models["llama2-7b"].spec(), hw, TrainPlan(dp=8), catalog.train_params("h100-sxm", "bf16"))
+    assert r.mfu == pytest.approx(r.flops_per_gpu / 989e12)  # MFU against the spec peak

@@ -30,9 +30,9 @@ MOE_PLANS = [(1, 1, 8, 1, 1, "none", 1, 1, 8, 1), (2, 4, 16, 1, 8, "selective", 
              (4, 2, 64, 2, 4, "full", 1, 1, 2, 1), (1, 1, 1, 1, 1, "selective", 0, 1, 1, 1)]
 
 
-def _columns(rows: list[tuple], seq_len: int, flash: bool = True) -> train_arrays.PlanArrays:
+def _columns(rows: list[tuple], seq_len: int, flash: bool = True, precision: str = "bf16") -> train_arrays.PlanArrays:
     cols = [np.array([r[i] if i != 5 else RECOMPUTE_MODES.index(r[i]) for r in rows]) for i in range(10)]
-    return train_arrays.PlanArrays(*cols, precision="bf16", seq_len=seq_len, flash_attention=flash)
+    return train_arrays.PlanArrays(*cols, precision=precision, seq_len=seq_len, flash_attention=flash)
 
 
 def _hardware(catalog: Catalog, gpu: str):
@@ -42,14 +42,15 @@ def _hardware(catalog: Catalog, gpu: str):
     return catalog.hardware(gpu, server, fabric)
 
 
-@pytest.mark.parametrize("gpu", ["h100-sxm", "a100-sxm-80gb", "rtx-4090"])
+@pytest.mark.parametrize("gpu, precision", [("h100-sxm", "bf16"), ("h100-sxm", "fp8"), ("a100-sxm-80gb", "bf16"),
+                                            ("rtx-4090", "bf16")])
 @pytest.mark.parametrize("model, rows, flash", [("llama2-70b", PLANS, True), ("llama2-7b", PLANS, False),
                                                 ("mixtral-8x7b", MOE_PLANS + PLANS[:4], True)])
-def test_terms_and_memory_over_arrays_are_the_scalar_models_to_the_bit(catalog, gpu, model, rows, flash):
+def test_terms_and_memory_over_arrays_are_the_scalar_models_to_the_bit(catalog, gpu, precision, model, rows, flash):
     m = catalog.models[model].spec()
     hw = _hardware(catalog, gpu)
     rows = [r for r in rows if m.layers >= r[1] and not m.heads % r[0]]
-    plans = _columns(rows, m.seq_len, flash)
+    plans = _columns(rows, m.seq_len, flash, precision)
     terms = train_arrays.train_terms(m, hw, plans)
     memory = train_arrays.training_memory(m, plans, 2e9)
     for i in range(len(rows)):

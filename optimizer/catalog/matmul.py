@@ -1,6 +1,7 @@
 """The share of a GPU's peak a matmul reaches: measured Maximum Achievable Matmul FLOPS (stas00's
 MAMF table, catalogs/gpus.yaml ``mamf_bf16_tflops`` / ``mamf_fp8_tflops``) over the entry's own peak.
-A serving engine's fitted GEMM efficiency is a share of it, so that it carries over between parts:
+A stack's or engine's fitted GEMM efficiency (training and serving) is a share of it, so that it
+carries over between parts:
 Gaudi 2 reaches 97 % of its BF16 peak, an H100 80 %, an MI300X 51 %.
 """
 

@@ -24,7 +24,7 @@ Num = Union[float, np.ndarray]  # noqa: UP007 - a runtime alias: `float | ndarra
 class TrainParams:
     """Efficiency of a training step (``optimizer.perf.train``)."""
 
-    gemm: Num = 0.7  # large GEMMs, achievable fraction of the dense peak of the plan's precision
+    gemm: Num = 0.7  # large GEMMs, fraction of the part's matmul ceiling (peak x TrainTerms.gemm_share)
     gemm_half_width: Num = 128.0  # a GEMM whose narrowest side is this wide runs at half that
     attention: Num = 0.45  # attention kernels (FlashAttention), fraction of the bf16 dense peak
     mem_bw: Num = 0.85  # streaming kernels, achieved fraction of memory bandwidth
