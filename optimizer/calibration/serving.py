@@ -25,17 +25,10 @@ from optimizer.calibration.data import (
 )
 from optimizer.catalog import Catalog
 from optimizer.perf.params import ServeParams
-from optimizer.perf.serve import (
-    ServePlan,
-    ServeTerms,
-    math_precision,
-    max_batch,
-    serve_memory,
-    serve_terms,
-    serve_time,
-)
+from optimizer.perf.serve import ServePlan, ServeTerms, max_batch, serve_memory, serve_terms, serve_time
 from optimizer.perf.serve_memory import full_length_batch
 from optimizer.perf.specs import Hardware, ModelSpec
+from optimizer.perf.weights import spec_gemm_peak
 
 MEAN_LENGTHS = re.compile(r"mean input/output tokens per request (\d+)/(\d+)")
 
@@ -222,8 +215,8 @@ def serving_case(row: dict[str, str], catalog: Catalog, aliases: Aliases, source
     if not (measured := _measured(row, tuple(facts.get("ignore", assume.get("ignore", ()))), kind == "rate", static)):
         return "no measured throughput or latency in the row" + (
             " (e2e_latency_s is read for a static batch only)" if row.get("e2e_latency_s") else "")
-    spec = replace(terms, peak=terms.peak / hw.device.achievable_share(math_precision(hw.device, plan.precision)))
-    if kind == "batch" and (why := above_roofline(spec, scale, measured)):
+    at_spec = replace(terms, peak=spec_gemm_peak(hw.device, plan)) if kind == "batch" else terms
+    if kind == "batch" and (why := above_roofline(at_spec, scale, measured)):
         return why
     config = (f"{model_id} {plan.precision}/{plan.kv_precision}-kv on {count} x {place.gpu} TP{tp} PP{pp}"
               f"{' attention-DP' if plan.attention_dp else ''} "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Literal, Protocol, TypeVar, overload
 
@@ -150,7 +151,7 @@ class Catalog:
             gpus_per_node=server.slots,
             link=Link(link.id, gpu.link_bw_gbs / 2 * GB, link.efficiency, link.latency_us * 1e-6),
             link_domain=gpu.link_domain or server.slots,
-            host_bus=Link(bus.id, _bus_gbs(bus.id) / 2 * GB, bus.efficiency, bus.latency_us * 1e-6),
+            host_bus=Link(bus.id, bus.x16_gbs / 2 * GB, bus.efficiency, bus.latency_us * 1e-6),
             network=network,
         )
 
@@ -158,7 +159,12 @@ class Catalog:
         gpu = self.gpus[gpu_id]
         peaks = tuple((p, tflops * 1e12) for p in ("bf16", "fp16", "fp8", "fp4", "fp16_acc16")
                       if (tflops := gpu.tflops(p)))
-        return Device(gpu.id, gpu.memory_bytes, gpu.mem_bw_gbs * GB, peaks, achievable_shares(self.gpus, gpu_id))
+        return Device(gpu.id, gpu.memory_bytes, gpu.mem_bw_gbs * GB, peaks, self.matmul_shares[gpu_id])
+
+    @cached_property
+    def matmul_shares(self) -> dict[str, tuple[tuple[str, float], ...]]:
+        """Each GPU's measured matmul share of its peaks (``matmul.achievable_shares``), once per catalog."""
+        return achievable_shares(self.gpus)
 
     @overload
     def stack(self, kind: Literal["train", "training"], ident: str | None, gpu_id: str) -> TrainStack: ...
@@ -259,12 +265,6 @@ class Catalog:
                 "prefill_ubatch": e.prefill_ubatch, "prefill_dequant": e.prefill_dequant,
                 "kv_on_demand": e.kv_on_demand, "paged_v1v2": e.paged_v1v2,
                 "overlap_scheduler": e.overlap_scheduler}
-
-
-def _bus_gbs(bus_id: str) -> float:
-    """PCIe x16 bandwidth, both directions together (PCIe 3/4/5: 32/64/128 GB/s)."""
-    return {"pcie3": 32.0, "pcie4": 64.0, "pcie3-no-p2p": 32.0, "pcie4-no-p2p": 64.0, "pcie5": 128.0,
-            "pcie5-no-p2p": 128.0}.get(bus_id, 64.0)
 
 
 def default_root() -> Path:

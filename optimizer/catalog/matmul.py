@@ -19,21 +19,28 @@ def _measured(gpu: Gpu, precision: str) -> float | None:
     return min(tflops / peak, 1.0) if tflops and peak else None
 
 
-def achievable_shares(gpus: Mapping[str, Gpu], gpu_id: str) -> tuple[tuple[str, float], ...]:
-    """(precision, measured MAMF / peak) of a GPU: its own measurement, else the mean over the
+def achievable_shares(gpus: Mapping[str, Gpu]) -> dict[str, tuple[tuple[str, float], ...]]:
+    """Every GPU's (precision, measured MAMF / peak): its own measurement, else the mean over the
     distinct measurements of its family (a figure two parts share, as the H100's BF16 one that
     stas00 gives the H200 too, counts once); for FP8, else its BF16 share; else the median of the
     measured parts' distinct shares (an assumption for the families no one measured: GeForce, Ada,
     Volta, CDNA 2)."""
-    gpu = gpus[gpu_id]
+    measured = {(g.id, p): v for g in gpus.values() for p in ("bf16", "fp8") if (v := _measured(g, p))}
+    by_family: dict[tuple[str, str], set[float]] = {}
+    for (gpu_id, precision), v in measured.items():
+        by_family.setdefault((gpus[gpu_id].family, precision), set()).add(v)
+    measured_bf16 = sorted({v for (_, p), v in measured.items() if p == "bf16"})
+    typical = median(measured_bf16) if measured_bf16 else 1.0
 
-    def share(precision: str) -> float | None:
-        family = {v for g in gpus.values() if g.family == gpu.family and (v := _measured(g, precision))}
-        return _measured(gpu, precision) or (mean(sorted(family)) if family else None)
+    def share(gpu: Gpu, precision: str) -> float | None:
+        family = by_family.get((gpu.family, precision))
+        return measured.get((gpu.id, precision)) or (mean(sorted(family)) if family else None)
 
-    every = sorted({v for g in gpus.values() if (v := _measured(g, "bf16"))})
-    bf16 = share("bf16") or (median(every) if every else 1.0)
-    out = [("bf16", bf16), ("fp16", bf16)]
-    if gpu.fp8_tflops:
-        out.append(("fp8", share("fp8") or bf16))
-    return tuple(out)
+    out: dict[str, tuple[tuple[str, float], ...]] = {}
+    for gpu in gpus.values():
+        bf16 = share(gpu, "bf16") or typical
+        shares = [("bf16", bf16), ("fp16", bf16)]
+        if gpu.fp8_tflops:
+            shares.append(("fp8", share(gpu, "fp8") or bf16))
+        out[gpu.id] = tuple(shares)
+    return out

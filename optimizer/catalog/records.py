@@ -159,6 +159,12 @@ class LinkType(Record):
     source: str
     assumption: bool = False
 
+    @property
+    def x16_gbs(self) -> float:
+        """As a host bus: PCIe x16 both ways together, of the generation the id starts with (3/4/5:
+        32/64/128 GB/s; ``pcie4-no-p2p`` and ``pcie4-g5`` are PCIe 4.0 links that move data differently)."""
+        return {"pcie3": 32.0, "pcie4": 64.0, "pcie5": 128.0}.get(self.id.split("-")[0], 64.0)
+
 
 class Nic(Record):
     id: str

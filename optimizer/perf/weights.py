@@ -6,8 +6,6 @@ multiplies. Pure functions of the frozen specs, like the rest of ``optimizer.per
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from optimizer.perf import model as shape
 from optimizer.perf.specs import BYTES, FORMATS, Device, ModelSpec, ServePlan
 
@@ -51,11 +49,15 @@ def weight_bytes(m: ModelSpec, precision: str) -> float:
     return quantised * BYTES[precision] + (shape.param_count(m) - quantised) * 2.0
 
 
+def _gathered_table(m: ModelSpec) -> int:
+    """Parameters of an untied input embedding table, of which a pass gathers only its tokens' rows
+    (0 when tied: the table is read whole, as the LM head)."""
+    return 0 if m.tied_embeddings else m.vocab * m.hidden
+
+
 def streamed_weight_bytes(m: ModelSpec, precision: str) -> float:
-    """Bytes a forward pass reads: every weight but an untied input embedding table, of which it
-    gathers only its tokens' rows (a tied table is read whole, as the LM head)."""
-    table = 0.0 if m.tied_embeddings else m.vocab * m.hidden * (BYTES[precision] if precision in WHOLE_FILE else 2.0)
-    return weight_bytes(m, precision) - table
+    """Bytes a forward pass reads: every weight but an untied input embedding table."""
+    return weight_bytes(m, precision) - _gathered_table(m) * (BYTES[precision] if precision in WHOLE_FILE else 2.0)
 
 
 def expert_weight_bytes(m: ModelSpec, precision: str) -> float:
@@ -68,16 +70,25 @@ def attention_bytes_per_param(m: ModelSpec, precision: str) -> float:
     return 2.0 if _experts_only(m, precision) else BYTES[precision]
 
 
+def spec_gemm_peak(dev: Device, plan: ServePlan) -> float:
+    """Dense FLOP/s of the weight GEMMs' math precision by the spec: its peak, or on a GPU that halves
+    its 16-bit rate with FP32 accumulation (GeForce) the FP16-accumulate peak when the engine
+    accumulates in FP16 (llama.cpp's cuBLAS GEMMs: CUBLAS_COMPUTE_16F)."""
+    return _rate(dev, math_precision(dev, plan.precision), plan.fp16_accumulate, 1.0)
+
+
 def gemm_peak(dev: Device, plan: ServePlan) -> float:
-    """Dense FLOP/s the weight GEMMs can reach: the math precision's peak (or on a GPU that halves
-    its 16-bit rate with FP32 accumulation, GeForce, the FP16-accumulate peak when the engine
-    accumulates in FP16: llama.cpp's cuBLAS GEMMs, CUBLAS_COMPUTE_16F), times the share of it a
-    matmul sweep measured on the part (``Device.achievable_share``: 97 % of Gaudi 2's, 80 % of an
-    H100's, 51 % of an MI300X's BF16 peak), so that an engine's GEMM efficiency is a share of what
-    the part can do and carries over between parts."""
+    """Dense FLOP/s the weight GEMMs can reach: ``spec_gemm_peak`` times the share of it a matmul
+    sweep measured on the part (``Device.achievable_share``: 97 % of Gaudi 2's, 80 % of an H100's,
+    51 % of an MI300X's BF16 peak), so that an engine's GEMM efficiency is a share of what the part
+    can do and carries over between parts."""
     math = math_precision(dev, plan.precision)
-    fast = dev.peak("fp16_acc16") if plan.fp16_accumulate and math in ("fp16", "bf16") else None
-    return (fast or dev.peak_of(math)) * dev.achievable_share(math)
+    return _rate(dev, math, plan.fp16_accumulate, dev.achievable_share(math))
+
+
+def _rate(dev: Device, math: str, fp16_accumulate: bool, share: float) -> float:
+    fast = dev.peak("fp16_acc16") if fp16_accumulate and math in ("fp16", "bf16") else None
+    return (fast or dev.peak_of(math)) * share
 
 
 def math_precision(dev: Device, precision: str) -> str:
@@ -101,17 +112,17 @@ def rate_weighted_matmul_params(dev: Device, plan: ServePlan, params: float, par
     one weighs that rate over the 16-bit GEMMs' (1.77 for FP8 on an H100, whose measured FP8 and BF16
     ceilings are 1,403 and 795 TFLOP/s; 3.93 for NVFP4 on a B200; 1 where the format's GEMMs run in
     16-bit anyway, as weight-only INT4 and GGUF do)."""
-    slower = gemm_peak(dev, plan) / gemm_peak(dev, replace(plan, precision="fp16")) - 1.0
+    if not params_16bit:
+        return params
+    sixteen = math_precision(dev, "fp16")
+    slower = gemm_peak(dev, plan) / _rate(dev, sixteen, plan.fp16_accumulate, dev.achievable_share(sixteen)) - 1.0
     return params + params_16bit * max(slower, 0.0)
 
 
 def dequantised_params(m: ModelSpec, precision: str) -> float:
     """Weights a prefill pass dequantises into 16-bit copies (``serve_memory.dequant_bytes``): the
     quantised ones it streams (an untied input table's rows are gathered, not multiplied)."""
-    quantised = _quantised_params(m, precision)
-    if precision in WHOLE_FILE and not m.tied_embeddings:
-        quantised -= m.vocab * m.hidden
-    return float(quantised)
+    return float(_quantised_params(m, precision) - (_gathered_table(m) if precision in WHOLE_FILE else 0))
 
 
 def routed_matmul_params(m: ModelSpec) -> float:
