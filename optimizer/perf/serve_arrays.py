@@ -58,7 +58,8 @@ def serve_terms_at(m: ModelSpec, hw: Hardware, plan: ServePlan, batches: np.ndar
     layers = math.ceil(m.layers / plan.pp)
     context = plan.input_len + plan.output_len / 2.0
     ar_bw = tp_allreduce_parts(mb * m.hidden * ACT_BYTES, hw, plan.tp)[0] + np.zeros(len(b))
-    unshared = _distinct(mb, lambda x: unshared_kv_factor(m, plan, x))  # vLLM's PagedAttention V1 rereads
+    # vLLM's PagedAttention V1 rereads (a factor of 1 for every other kernel: not asked batch by batch)
+    unshared = _distinct(mb, lambda x: unshared_kv_factor(m, plan, x)) if plan.paged_v1v2 else np.ones(len(b))
     # a dense model reads all its weights at any batch; an MoE model the experts its batch touches
     read = (_distinct(mb, lambda x: decode_weight_bytes(m, plan.precision, x)) if m.moe
             else np.full(len(b), decode_weight_bytes(m, plan.precision, 1.0)))
