@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from optimizer.calibration.crossval import load_dataset
 from optimizer.perf.model import expert_params, param_count, transformer_params
 from optimizer.perf.serve import ServePlan, serve_terms
 from optimizer.perf.serve_memory import dequant_bytes
@@ -13,6 +14,7 @@ from optimizer.perf.specs import BYTES
 from optimizer.perf.weights import (
     active_matmul_params,
     gemm_peak,
+    math_precision,
     matmul_params_16bit,
     rate_weighted_matmul_params,
     routed_matmul_params,
@@ -97,3 +99,28 @@ def test_llama_cpp_dequantises_the_streamed_quantised_weights_only(catalog):
     assert dequant_bytes(m, plan) == pytest.approx((param_count(m) - LLAMA3_TABLE) * (BYTES["gguf-q4km"] + 2.0))
     int4 = ServePlan(precision="awq-int4", prefill_dequant=True)
     assert dequant_bytes(m, int4) == pytest.approx(transformer_params(m) * (BYTES["awq-int4"] + 2.0))
+
+
+def test_fp4_weights_run_in_16_bit_math_without_fp4_tensor_cores(catalog):
+    """An FP4 weight on a GPU without FP4 tensor cores is weight-only: it is dequantised into BF16 math
+    (Marlin, Triton's matmul_ogs), not multiplied in FP8 (TensorRT-LLM's gpt-oss support matrix: Hopper
+    bf16 x mxfp4). gpt-oss's MXFP4 experts take MXFP8 activations where FP4 tensor cores exist
+    (Blackwell: mxfp8 x mxfp4, the FP8 rate); NVFP4 checkpoints multiply FP4 by FP4 there."""
+    h100, b200, a100 = (catalog.device(g) for g in ("h100-sxm", "b200", "a100-sxm-80gb"))
+    assert [math_precision(h100, p) for p in ("mxfp4", "nvfp4", "fp8", "bf16")] == ["bf16", "bf16", "fp8", "bf16"]
+    assert [math_precision(b200, p) for p in ("mxfp4", "nvfp4", "fp8")] == ["fp8", "fp4", "fp8"]
+    assert [math_precision(a100, p) for p in ("mxfp4", "nvfp4", "fp8")] == ["bf16", "bf16", "bf16"]
+    bf16 = ServePlan(precision="bf16")
+    assert gemm_peak(h100, ServePlan(precision="mxfp4")) == gemm_peak(h100, bf16)
+    assert gemm_peak(b200, ServePlan(precision="mxfp4")) == gemm_peak(b200, ServePlan(precision="fp8"))
+    # gpt-oss on an H100: its BF16 attention and head cost nothing extra beside BF16 experts
+    assert rate_weighted_matmul_params(h100, ServePlan(precision="mxfp4"), 100.0, 10.0) == 100.0
+
+
+def test_tensorrt_llm_gpt_oss_rows_are_the_mxfp4_checkpoint(catalog):
+    """The TensorRT-LLM perf-overview labels its gpt-oss columns FP4 (Blackwell) and FP8 (Hopper), but
+    its FP4 and FP8 model lists leave gpt-oss out: the runs serve OpenAI's MXFP4 checkpoint."""
+    ds = load_dataset("serving", catalog)
+    gpt_oss = [c for c in ds.cases if c.row.startswith("trtdev-") and c.model.name == "gpt-oss-120b"]
+    assert len(gpt_oss) == 22
+    assert {c.precision for c in gpt_oss} == {"mxfp4"}

@@ -263,15 +263,22 @@ class TrainPlan:
 
 
 # Weight formats: bytes per weight, and the tensor-core precision its GEMMs run in where the GPU
-# has it (otherwise weight-only: dequantised into 16-bit math, as Marlin/AWQ/GGUF kernels do).
-# Block-scaled formats carry their scales: NVFP4 one FP8 scale per 16 values (4.5 bits), OCP
-# MXFP4 one E8M0 scale per 32 (4.25 bits; OCP Microscaling spec v1.0), GGUF Q4_K_M about 4.85
-# bits (llama.cpp's quantize table), AWQ/GPTQ 4-bit with group-128 scales and zeros ~4.25 bits.
+# has tensor cores for the weights' own type (otherwise weight-only: dequantised into 16-bit math,
+# as Marlin/AWQ/GGUF kernels and Triton's matmul_ogs do). Block-scaled formats carry their scales:
+# NVFP4 one FP8 scale per 16 values (4.5 bits), OCP MXFP4 one E8M0 scale per 32 (4.25 bits; OCP
+# Microscaling spec v1.0), GGUF Q4_K_M about 4.85 bits (llama.cpp's quantize table), AWQ/GPTQ
+# 4-bit with group-128 scales and zeros ~4.25 bits. NVFP4 checkpoints (ModelOpt) quantise the
+# activations too and multiply FP4 by FP4; gpt-oss's MXFP4 experts multiply MXFP8 activations on
+# GPUs with FP4 tensor cores (Blackwell's mixed f8f6f4 MMA, at the FP8 rate) and BF16 ones on
+# Hopper and older (TensorRT-LLM examples/models/core/gpt_oss/README.md, "MoE Support Matrix":
+# Hopper bf16 x mxfp4, Blackwell mxfp8 x mxfp4).
 FORMATS: dict[str, tuple[float, str]] = {
     "fp16": (2.0, "fp16"), "bf16": (2.0, "bf16"), "fp8": (1.0, "fp8"), "int8": (1.0, "fp16"),
     "int4": (0.5, "fp16"), "awq-int4": (4.25 / 8, "fp16"), "gguf-q4km": (4.85 / 8, "fp16"),
-    "nvfp4": (4.5 / 8, "fp4"), "mxfp4": (4.25 / 8, "fp4"),
+    "nvfp4": (4.5 / 8, "fp4"), "mxfp4": (4.25 / 8, "fp8"),
 }
+# the tensor cores a format's own weight type needs where that is not its math precision
+WEIGHT_MATH = {"mxfp4": "fp4"}
 BYTES = {name: nbytes for name, (nbytes, _) in FORMATS.items()}
 SERVE_PRECISIONS = tuple(FORMATS)
 KV_PRECISIONS = ("fp16", "bf16", "fp8")

@@ -7,7 +7,7 @@ multiplies. Pure functions of the frozen specs, like the rest of ``optimizer.per
 from __future__ import annotations
 
 from optimizer.perf import model as shape
-from optimizer.perf.specs import BYTES, FORMATS, Device, ModelSpec, ServePlan
+from optimizer.perf.specs import BYTES, FORMATS, WEIGHT_MATH, Device, ModelSpec, ServePlan
 
 # Weight formats whose checkpoints quantise only some weights. The quantisers leave the embedding
 # table and the LM head in 16-bit (NVIDIA ModelOpt FP8 / NVFP4, llm-compressor FP8 and INT8, AutoAWQ
@@ -92,9 +92,13 @@ def _rate(dev: Device, math: str, fp16_accumulate: bool, share: float) -> float:
 
 
 def math_precision(dev: Device, precision: str) -> str:
-    """The tensor-core precision a weight format's GEMMs run in on this GPU."""
+    """The tensor-core precision a weight format's GEMMs run in on this GPU: the format's own
+    (``FORMATS``) where the GPU has tensor cores for it and for its weights' type, else 16-bit
+    (weight-only kernels dequantise into BF16 or FP16 math; an FP4 weight on an FP8-only Hopper is
+    not multiplied in FP8)."""
     wanted = FORMATS[precision][1]
-    for candidate in (wanted, "fp8" if wanted == "fp4" else wanted, "bf16", "fp16"):
+    native = dev.peak(wanted) and dev.peak(WEIGHT_MATH.get(precision, wanted))
+    for candidate in ((wanted,) if native else ()) + ("bf16", "fp16"):
         if dev.peak(candidate):
             return candidate
     raise ValueError(f"{dev.name} has no tensor cores for {precision}")
