@@ -289,3 +289,20 @@ def test_a10g_all_reduce_runs_at_the_bus_bandwidth_measured_on_a_g5_instance(cat
     assert allreduce_time(29_388_800, 4, g5.group_link(4)) == pytest.approx(14_207e-6, rel=0.03)
     with_p2p = catalog.hardware("a100-pcie-80gb", "pcie-4", None).group_link(4)
     assert with_p2p.effective_bw > 3 * g5.group_link(4).effective_bw
+
+
+def test_a_mesh_link_gives_a_group_the_links_to_its_peers_only(catalog):
+    """MI300X's Infinity Fabric is seven point-to-point xGMI links per GPU, 64 GB/s each way ("a single
+    peer pair gets only 64 GB/s each way; 896 is all-to-all over 7 links", the catalog's note): a TP
+    group of n GPUs drives n - 1 of them. Gaudi's on-die RoCE is a mesh too (3 of 21 ports per peer);
+    NVSwitch gives every group the whole link."""
+    from optimizer.perf.comm import tp_allreduce_parts
+    mi300x = catalog.hardware("mi300x", "oam-mi300x-8", None)
+    assert [mi300x.group_link(n).bw_one_way / 1e9 for n in (2, 4, 8)] == pytest.approx([64.0, 192.0, 448.0])
+    gaudi2 = catalog.hardware("gaudi2", "gaudi2-8", None)
+    assert gaudi2.group_link(2).bw_one_way == pytest.approx(gaudi2.link.bw_one_way / 7)
+    h100 = catalog.hardware("h100-sxm", "hgx-hopper-8", None)
+    assert {h100.group_link(n).bw_one_way for n in (2, 4, 8)} == {h100.link.bw_one_way}
+    # a 64 MB all-reduce among 2 MI300X: a ring moves it once over the one link, at the link's efficiency
+    seconds, _ = tp_allreduce_parts(64e6, mi300x, 2)
+    assert seconds == pytest.approx(64e6 / (64e9 * mi300x.link.efficiency))

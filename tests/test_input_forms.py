@@ -169,7 +169,7 @@ def test_a_budget_the_deadline_needs_many_times_over_is_named_after_the_gpu_coun
     r = _solve(tmp_path, text)
     walls = [line.split()[1] for line in r.output.splitlines() if line.startswith("  - ")]
     assert r.exit_code == 1 and walls == ["power", "GPU", "budget", "export", "deadline"], r.output
-    assert "budget $3,000,000 (budget.usd): the 4,048 x h20 that 30.0 days needs cost some $" in r.output
+    assert "budget $3,000,000 (budget.usd): the 4,056 x h20 that 30.0 days needs cost some $" in r.output
 
 
 def test_walls_price_whole_servers():

@@ -37,13 +37,13 @@ def _columns(rows: list[tuple], seq_len: int, flash: bool = True, precision: str
 
 def _hardware(catalog: Catalog, gpu: str):
     groups = {"h100-sxm": ("hgx-hopper-8", "ib-ndr-8"), "a100-sxm-80gb": ("hgx-ampere-8", "ib-hdr-1"),
-              "rtx-4090": ("desktop-4", "eth-10g-1")}
+              "rtx-4090": ("desktop-4", "eth-10g-1"), "mi300x": ("oam-mi300x-8", "ib-ndr-8")}
     server, fabric = groups[gpu]
     return catalog.hardware(gpu, server, fabric)
 
 
 @pytest.mark.parametrize("gpu, precision", [("h100-sxm", "bf16"), ("h100-sxm", "fp8"), ("a100-sxm-80gb", "bf16"),
-                                            ("rtx-4090", "bf16")])
+                                            ("rtx-4090", "bf16"), ("mi300x", "bf16")])  # mi300x: a mesh link
 @pytest.mark.parametrize("model, rows, flash", [("llama2-70b", PLANS, True), ("llama2-7b", PLANS, False),
                                                 ("mixtral-8x7b", MOE_PLANS + PLANS[:4], True)])
 def test_terms_and_memory_over_arrays_are_the_scalar_models_to_the_bit(catalog, gpu, precision, model, rows, flash):

@@ -150,7 +150,7 @@ class Catalog:
             device=self.device(gpu_id),
             gpus_per_node=server.slots,
             link=Link(link.id, gpu.link_bw_gbs / 2 * GB, link.efficiency, link.latency_us * 1e-6),
-            link_domain=gpu.link_domain or server.slots,
+            link_domain=gpu.link_domain or server.slots, mesh=link.mesh,
             host_bus=Link(bus.id, bus.x16_gbs / 2 * GB, bus.efficiency, bus.latency_us * 1e-6),
             network=network,
         )

@@ -158,6 +158,7 @@ class LinkType(Record):
     latency_us: float = Field(ge=0, le=10_000)
     source: str
     assumption: bool = False
+    mesh: bool = False  # point-to-point links to every peer of the domain (no switch): ``Hardware.mesh``
 
     @property
     def x16_gbs(self) -> float:

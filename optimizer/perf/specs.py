@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal, TypeVar, get_args
 
+import numpy as np
+
 Recompute = Literal["none", "selective", "full"]  # activation recomputation (Korthikanti et al. 2022)
 Precision = Literal["bf16", "fp16", "fp8", "fp4"]  # the tensor-core math a training plan runs in
 RECOMPUTE_MODES: tuple[Recompute, ...] = get_args(Recompute)
@@ -192,10 +194,25 @@ class Hardware:
     link_domain: int  # how many GPUs the link joins (8 for NVSwitch, 2 for a bridge)
     host_bus: Link  # PCIe, used beyond the link domain
     network: Link | None = None  # a node's NICs together (bw per node each way)
+    # the link is a full mesh of point-to-point links, its bandwidth spread over the other GPUs of the
+    # domain (AMD Infinity Fabric: 7 xGMI links, "a single peer pair gets only 64 GB/s each way";
+    # Gaudi's on-die RoCE: 3 of 21 ports to each peer): a group of n GPUs uses n − 1 of those links
+    mesh: bool = False
+
+    def mesh_share(self, size: float | np.ndarray) -> float | np.ndarray:
+        """The share of the link's bandwidth a collective among ``size`` GPUs of its domain drives:
+        (size − 1) / (domain − 1) on a mesh (at least one link's), all of it through a switch (NVSwitch)."""
+        if not self.mesh or self.link_domain <= 1:
+            return 1.0
+        return np.clip((np.asarray(size, dtype=float) - 1) / (self.link_domain - 1), 1 / (self.link_domain - 1), 1.0)
 
     def group_link(self, size: int) -> Link:
         """The link a collective among ``size`` GPUs of one node runs over."""
-        return self.link if size <= self.link_domain else self.host_bus
+        if size > self.link_domain:
+            return self.host_bus
+        if not self.mesh:
+            return self.link
+        return replace(self.link, bw_one_way=self.link.bw_one_way * float(self.mesh_share(size)))
 
     def oversubscribed(self, factor: float) -> Hardware:
         """The cluster on a fabric whose leaves have ``factor`` times more downlinks than uplinks:

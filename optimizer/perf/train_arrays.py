@@ -102,7 +102,8 @@ def _links(hw: Hardware, size: Ints, across: Link | None) -> tuple[np.ndarray, n
     link within its domain, the host bus beyond it in the node, ``across`` (when given) beyond
     the node (``Hardware.group_link`` and ``comm.span_link``)."""
     inside = size <= hw.link_domain
-    bw = np.where(inside, hw.link.effective_bw, hw.host_bus.effective_bw)
+    # as ``Hardware.group_link`` orders it: the mesh's share of the line rate, then the efficiency
+    bw = np.where(inside, hw.link.bw_one_way * hw.mesh_share(size) * hw.link.efficiency, hw.host_bus.effective_bw)
     latency = np.where(inside, hw.link.latency, hw.host_bus.latency)
     if across is not None:
         out = size > hw.gpus_per_node
