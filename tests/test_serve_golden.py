@@ -211,6 +211,27 @@ def test_attention_data_parallel_keeps_each_gpus_own_kv_and_the_attention_weight
 
 
 
+def test_multi_head_latent_attention_decodes_over_the_latent_and_prefills_decompressed(catalog):
+    """DeepSeek-V3 decodes with its up-projections absorbed (DeepSeek-V2 section 2.1.3; vLLM's MLA
+    backends, FlashMLA): 128 heads attend over the 512-wide latent plus the 64-wide rotary key, QK
+    dims 576 and V dims 512 per context token. A prompt is prefilled with decompressed heads, QK 192
+    and V 128. The KV read is the latent either way."""
+    from optimizer.perf import model as shape
+    from optimizer.perf.serve import serve_terms
+
+    m = catalog.models["deepseek-v3"].spec()
+    assert shape.decode_attention_flops_per_token_layer(m, 1000) == 2 * 1000 * 128 * (576 + 512)
+    assert shape.attention_flops_per_token_layer(m, 1000) == 2 * 1000 * 128 * (192 + 128)
+    llama = catalog.models["llama3-70b"].spec()
+    assert (shape.decode_attention_flops_per_token_layer(llama, 1000)
+            == shape.attention_flops_per_token_layer(llama, 1000))
+    hw = catalog.hardware("h200-sxm", "hgx-hopper-8", None)
+    plan = ServePlan(tp=8, precision="fp8", kv_precision="fp8", input_len=1000, output_len=1000, attention_dp=True)
+    t = serve_terms(m, hw, plan, 64)
+    context = m.attended(1000 + 1000 / 2)  # the mean context of a decode step
+    assert t.attention_flops == pytest.approx(64 * 2 * context * 128 * 1088 * m.layers / 8)
+
+
 def test_attention_data_parallel_communicates_once_per_layer(catalog):
     """Under TP a layer all-reduces twice (after attention, after the MLP); with attention-DP only
     the MoE block gathers its tokens and scatters the results back: one all-reduce's bytes and

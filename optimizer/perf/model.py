@@ -150,6 +150,18 @@ def attention_flops_per_token_layer(m: ModelSpec, seq_len: float) -> float:
     return 2.0 * seq_len * m.heads * (m.qk_head_dim + m.attn_v_dim)
 
 
+def decode_attention_flops_per_token_layer(m: ModelSpec, seq_len: float) -> float:
+    """``attention_flops_per_token_layer`` for a decode step. Multi-head latent attention decodes
+    with the up-projections absorbed into the query and the output (DeepSeek-V2, arXiv 2405.04434,
+    section 2.1.3): each head attends over the cached latent itself, as multi-query attention with
+    QK dims kv_lora_rank + rope and V dims kv_lora_rank (576 and 512 for DeepSeek-V3, against the
+    192 and 128 of prefill's decompressed heads: vLLM's MLA backends, FlashMLA, SGLang and
+    TensorRT-LLM all decode so), 3.4 times the FLOPs over the same context."""
+    if not m.mla:
+        return attention_flops_per_token_layer(m, seq_len)
+    return 2.0 * seq_len * m.heads * (2 * m.kv_lora_rank + m.qk_rope_dim)
+
+
 @lru_cache(maxsize=256)  # pure function of a frozen spec; the planner calls it a million times
 def model_flops_per_token(m: ModelSpec, seq_len: int | None = None) -> float:
     """Training FLOPs per token (forward + backward = 3 × forward), no recomputation.

@@ -174,7 +174,7 @@ def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> Serv
         overlap=1.0 if plan.overlap_scheduler else 0.0,
         gemm_flops=mb * 2.0 * rate_weighted_matmul_params(dev, plan, active_matmul_params(m), p16) / plan.gpus,
         expert_flops=mb * 2.0 * routed_matmul_params(m) / plan.gpus,
-        attention_flops=mb * shape.attention_flops_per_token_layer(m, attended) * m.layers / plan.gpus,
+        attention_flops=mb * shape.decode_attention_flops_per_token_layer(m, attended) * m.layers / plan.gpus,
         comm_bw=layers * collectives * ar_bw, comm_latency=layers * collectives * ar_lat,
         send=p2p_time(mb * m.hidden * ACT_BYTES, link) if plan.pp > 1 else 0.0,
         prefill_prompts=float(prompts), prefill_chunks=float(chunks),

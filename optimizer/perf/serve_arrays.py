@@ -75,7 +75,8 @@ def serve_terms_at(m: ModelSpec, hw: Hardware, plan: ServePlan, batches: np.ndar
         gemm_flops=mb * 2.0 * rate_weighted_matmul_params(hw.device, plan, active_matmul_params(m),
                                                           matmul_params_16bit(m, plan.precision)) / plan.gpus,
         expert_flops=mb * 2.0 * routed_matmul_params(m) / plan.gpus,
-        attention_flops=mb * shape.attention_flops_per_token_layer(m, m.attended(context)) * m.layers / plan.gpus,
+        attention_flops=mb * shape.decode_attention_flops_per_token_layer(m, m.attended(context)) * m.layers
+        / plan.gpus,
         comm_bw=layers * collectives_per_layer(plan) * ar_bw,
         send=p2p_time(mb * m.hidden * ACT_BYTES, link) if plan.pp > 1 else 0.0,
         prefill_prompts=prompts.astype(float),
