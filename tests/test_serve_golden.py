@@ -247,6 +247,31 @@ def test_attention_data_parallel_communicates_once_per_layer(catalog):
     one = serve_terms(m, hw, replace(tp, tp=1, attention_dp=True), 64)
     assert one.comm_bw == one.prefill_comm_bw == 0.0
 
+def test_a_lone_prompts_attention_runs_on_one_gpu_under_attention_data_parallelism(catalog):
+    """Attention-DP gives each GPU its own sequences (SGLang's --enable-dp-attention, TensorRT-LLM's
+    enable_attention_dp): a prompt prefilled alone runs its attention projections and its attention
+    on one GPU of the TP group, and only its MoE and MLP layers over all of them. Prompts prefilled
+    together spread over the group as before."""
+    from optimizer.perf import model as shape
+    from optimizer.perf.serve import serve_terms, serve_time
+    from optimizer.perf.weights import attention_gemm_flops
+
+    m = catalog.models["deepseek-v3"].spec()
+    hw = catalog.hardware("h200-sxm", "hgx-hopper-8", None)
+    tp = ServePlan(tp=8, precision="fp8", kv_precision="fp8", input_len=8192, output_len=1024)
+    dp = replace(tp, attention_dp=True)
+    t, d = serve_terms(m, hw, tp, 64), serve_terms(m, hw, dp, 64)
+    assert t.prefill_one_gemm_flops == t.prefill_gemm_flops == d.prefill_gemm_flops
+    assert t.prefill_one_attention_flops == t.prefill_attention_flops == d.prefill_attention_flops
+    assert d.prefill_one_attention_flops == pytest.approx(8 * d.prefill_attention_flops)
+    attention = attention_gemm_flops(hw.device, dp, m, 8192)
+    assert attention == pytest.approx(2 * 8192 * shape.attention_params(m) * m.layers)  # FP8, as the experts
+    assert d.prefill_one_gemm_flops == pytest.approx(d.prefill_gemm_flops + 7 * attention / 8)
+    params = catalog.serve_params("h200-sxm", "fp8", "sglang")
+    lone_tp, lone_dp = serve_time(t, params).prefill_one, serve_time(d, params).prefill_one
+    assert 1.5 * lone_tp < lone_dp < 8 * lone_tp
+
+
 def _times(plan: ServePlan, hw: Hardware = H100):
     from optimizer.perf.serve import serve_terms, serve_time
 

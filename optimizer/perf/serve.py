@@ -57,6 +57,7 @@ from optimizer.perf.specs import (
 )
 from optimizer.perf.weights import (
     active_matmul_params,
+    attention_gemm_flops,
     expert_weight_bytes,
     gemm_peak,
     math_precision,
@@ -107,6 +108,10 @@ class ServeTerms:
     prefill_gemm_per_width: Num  # per GPU per prompt: Σ FLOPs / narrowest side, prompts prefilled together
     prefill_one_gemm_per_width: Num  # the same for a prompt prefilled alone
     prefill_attention_flops: Num  # per GPU per prompt
+    # the same two for a prompt prefilled alone: under attention data parallelism its attention runs
+    # on one GPU of the TP group (SGLang's --enable-dp-attention, TensorRT-LLM's enable_attention_dp)
+    prefill_one_gemm_flops: Num
+    prefill_one_attention_flops: Num
     prefill_weight_bytes: Num  # per GPU per prefill pass
     prefill_dequant_bytes: Num  # per GPU per prefill pass: a weight-only format dequantised into 16-bit copies
     prefill_comm_bw: Num  # s per prompt
@@ -161,6 +166,11 @@ def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> Serv
     link = hw.group_link(plan.gpus)
     p16 = matmul_params_16bit(m, plan.precision)  # per token; the LM head once a prompt
     head = m.vocab * m.hidden if p16 else 0.0
+    prefill_gemm = 2.0 * rate_weighted_matmul_params(dev, plan, shape.prefill_matmul_params(m, s),
+                                                     p16 + (s - 1.0) * (p16 - head)) / plan.gpus
+    # causal attention over the prompt: a token attends to s/2 others on average (2·s²·h per layer)
+    prefill_attention = s * shape.attention_flops_per_token_layer(m, m.attended(s / 2.0)) * m.layers / plan.gpus
+    solo = plan.tp if plan.attention_dp else 1  # GPUs a lone prompt's attention would be spread over, kept on one
     return ServeTerms(
         batch=float(batch), input_len=float(plan.input_len), output_len=float(plan.output_len),
         static=1.0 if plan.batching == "static" else 0.0, requests=float(plan.requests),
@@ -178,14 +188,13 @@ def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> Serv
         comm_bw=layers * collectives * ar_bw, comm_latency=layers * collectives * ar_lat,
         send=p2p_time(mb * m.hidden * ACT_BYTES, link) if plan.pp > 1 else 0.0,
         prefill_prompts=float(prompts), prefill_chunks=float(chunks),
-        prefill_gemm_flops=2.0 * rate_weighted_matmul_params(dev, plan, shape.prefill_matmul_params(m, s),
-                                                             p16 + (s - 1.0) * (p16 - head)) / plan.gpus,
+        prefill_gemm_flops=prefill_gemm,
         prefill_expert_flops=2.0 * routed_matmul_params(m) * s / plan.gpus,
         prefill_gemm_per_width=_per_width(m, plan, s, prompts),
         prefill_one_gemm_per_width=_per_width(m, plan, s, 1.0),
-        # causal attention over the prompt: a token attends to s/2 others on average (2·s²·h per layer)
-        prefill_attention_flops=s * shape.attention_flops_per_token_layer(m, m.attended(s / 2.0)) * m.layers
-        / plan.gpus,
+        prefill_attention_flops=prefill_attention,
+        prefill_one_gemm_flops=prefill_gemm + (solo - 1) * attention_gemm_flops(dev, plan, m, s) / plan.gpus,
+        prefill_one_attention_flops=solo * prefill_attention,
         prefill_weight_bytes=streamed_weight_bytes(m, plan.precision) / plan.gpus + replicated,
         prefill_dequant_bytes=dequant_bytes(m, plan) / plan.gpus,
         prefill_comm_bw=layers * collectives * p_bw, prefill_comm_latency=layers * collectives * p_lat,
@@ -302,7 +311,9 @@ def serve_time(t: ServeTerms, p: ServeParams) -> ServeTimes:
     step, parts = _decode_step(t, p)
     batch_stage = _prefill_stage(t, p, t.prefill_prompts, t.prefill_gemm_per_width)
     prefill_batch = _prefill(t, p, t.prefill_prompts, batch_stage)
-    prefill_one = _prefill(t, p, 1.0, _prefill_stage(t, p, 1.0, t.prefill_one_gemm_per_width))
+    alone = replace(t, prefill_gemm_flops=t.prefill_one_gemm_flops,
+                    prefill_attention_flops=t.prefill_one_attention_flops)
+    prefill_one = _prefill(t, p, 1.0, _prefill_stage(alone, p, 1.0, t.prefill_one_gemm_per_width))
     # under continuous batching the other sequences' micro-batches keep the pipeline's other stages
     # busy (TensorRT-LLM and vLLM keep pp micro-batches in flight): with b − 1 others for pp − 1
     # stages, a prompt costs the replica its stage time only once b ≥ pp

@@ -123,6 +123,14 @@ def rate_weighted_matmul_params(dev: Device, plan: ServePlan, params: float, par
     return params + params_16bit * max(slower, 0.0)
 
 
+def attention_gemm_flops(dev: Device, plan: ServePlan, m: ModelSpec, tokens: float) -> float:
+    """FLOPs of ``tokens`` tokens through every layer's attention projections (QKV and O), at the
+    rate of the plan's GEMMs as ``rate_weighted_matmul_params`` counts them (16-bit where only the
+    experts are quantised, as gpt-oss's)."""
+    params = tokens * shape.attention_params(m) * m.layers
+    return 2.0 * rate_weighted_matmul_params(dev, plan, params, params if _experts_only(m, plan.precision) else 0.0)
+
+
 def dequantised_params(m: ModelSpec, precision: str) -> float:
     """Weights a prefill pass dequantises into 16-bit copies (``serve_memory.dequant_bytes``): the
     quantised ones it streams (an untied input table's rows are gathered, not multiplied)."""
