@@ -75,7 +75,7 @@ def dp_reduce_time(nbytes: float, plan: TrainPlan, hw: Hardware, ep: int = 1) ->
     model_parallel = plan.tp * plan.pp * ep
     k = max(1, min(dp, hw.gpus_per_node // model_parallel))
     nodes = math.ceil(dp / k)
-    intra = allreduce_time(nbytes, k, hw.group_link(k * model_parallel)) if k > 1 else 0.0
+    intra = allreduce_time(nbytes, k, hw.group_link(k * model_parallel, k)) if k > 1 else 0.0
     if nodes <= 1:
         return intra
     if hw.network is None:
@@ -85,10 +85,11 @@ def dp_reduce_time(nbytes: float, plan: TrainPlan, hw: Hardware, ep: int = 1) ->
     return intra + allreduce_time(nbytes / k, nodes, per_gpu)
 
 
-def span_link(size: int, hw: Hardware) -> Link:
+def span_link(size: int, hw: Hardware, ranks: int | None = None) -> Link:
     """The link a group of ``size`` GPUs talks over: the node's link when the group fits in a
-    node, else each GPU's share of the node's network."""
+    node (on a mesh, to the ``ranks`` each GPU exchanges with: ``Hardware.group_link``), else each
+    GPU's share of the node's network."""
     if size <= hw.gpus_per_node or hw.network is None:
-        return hw.group_link(size)
+        return hw.group_link(size, ranks)
     return Link(hw.network.name, hw.network.bw_one_way / hw.gpus_per_node, hw.network.efficiency,
                 hw.network.latency)

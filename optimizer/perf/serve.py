@@ -163,7 +163,7 @@ def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> Serv
     read = decode_weight_bytes(m, plan.precision, mb)  # the weights (and experts) one step touches
     replicated = replicated_attention_bytes(m, plan)
     unshared = unshared_kv_factor(m, plan, mb)
-    link = hw.group_link(plan.gpus)
+    link = hw.group_link(plan.gpus, 2)  # a pipeline stage sends to the next
     p16 = matmul_params_16bit(m, plan.precision)  # per token; the LM head once a prompt
     head = m.vocab * m.hidden if p16 else 0.0
     prefill_gemm = 2.0 * rate_weighted_matmul_params(dev, plan, shape.prefill_matmul_params(m, s),

@@ -206,13 +206,15 @@ class Hardware:
             return 1.0
         return np.clip((np.asarray(size, dtype=float) - 1) / (self.link_domain - 1), 1 / (self.link_domain - 1), 1.0)
 
-    def group_link(self, size: int) -> Link:
-        """The link a collective among ``size`` GPUs of one node runs over."""
+    def group_link(self, size: int, ranks: int | None = None) -> Link:
+        """The link a collective among ``size`` GPUs of one node runs over; on a mesh, what each GPU
+        drives to the ``ranks`` of them it exchanges with (all ``size`` by default: 2 for a
+        point-to-point send or a ring's neighbour, the k DP ranks spread over a node between TP ranks)."""
         if size > self.link_domain:
             return self.host_bus
         if not self.mesh:
             return self.link
-        return replace(self.link, bw_one_way=self.link.bw_one_way * float(self.mesh_share(size)))
+        return replace(self.link, bw_one_way=self.link.bw_one_way * float(self.mesh_share(ranks or size)))
 
     def oversubscribed(self, factor: float) -> Hardware:
         """The cluster on a fabric whose leaves have ``factor`` times more downlinks than uplinks:

@@ -195,16 +195,16 @@ def _micro_batch_comm(m: ModelSpec, hw: Hardware, plan: TrainPlan, tokens_mb: fl
         out["tp"] = layers * n_collectives * allreduce_time(buf, tp, span_link(tp, hw))
     if plan.cp > 1:  # ring attention: K and V of the other cp − 1 chunks forward; K, V, dK, dV backward
         kv = tokens_mb * 2 * m.kv_hidden * ACT_BYTES / tp
-        link = span_link(tp * plan.cp, hw)
+        link = span_link(tp * plan.cp, hw, 2)  # a ring: each GPU sends to its neighbour
         out["cp"] = layers * 3 * (plan.cp - 1) * (kv / link.effective_bw + link.latency)
     if m.moe and plan.ep > 1:  # dispatch and combine, forward and backward
         buf = tokens_mb * m.experts_active * m.hidden * ACT_BYTES / tp
-        link = span_link(plan.ep * plan.tp, hw)
+        link = span_link(plan.ep * plan.tp, hw, plan.ep)
         a2a = buf * (plan.ep - 1) / plan.ep / link.effective_bw + link.latency
         out["ep"] = math.ceil(m.moe_layers / pp) * 4 * a2a
     if pp > 1:  # a micro-batch crosses v·pp stage boundaries, forward and backward
         buf = tokens_mb * m.hidden * ACT_BYTES / (tp if plan.sequence_parallel else 1)
-        out["pp"] = 2.0 * plan.virtual_stages * p2p_time(buf, span_link(plan.replica_gpus, hw))
+        out["pp"] = 2.0 * plan.virtual_stages * p2p_time(buf, span_link(plan.replica_gpus, hw, 2))
     return out
 
 

@@ -97,13 +97,15 @@ def log2(n: Ints) -> np.ndarray:
     return np.array([math.log2(int(v)) for v in values], dtype=float)[inverse.reshape(np.shape(n))]
 
 
-def _links(hw: Hardware, size: Ints, across: Link | None) -> tuple[np.ndarray, np.ndarray]:
+def _links(hw: Hardware, size: Ints, across: Link | None,
+           ranks: Ints | int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(effective bandwidth, latency) per row of the link a group of ``size`` GPUs uses: the GPU
-    link within its domain, the host bus beyond it in the node, ``across`` (when given) beyond
-    the node (``Hardware.group_link`` and ``comm.span_link``)."""
+    link within its domain (on a mesh, to the ``ranks`` each GPU exchanges with), the host bus beyond
+    it in the node, ``across`` (when given) beyond the node (``Hardware.group_link``, ``comm.span_link``)."""
     inside = size <= hw.link_domain
     # as ``Hardware.group_link`` orders it: the mesh's share of the line rate, then the efficiency
-    bw = np.where(inside, hw.link.bw_one_way * hw.mesh_share(size) * hw.link.efficiency, hw.host_bus.effective_bw)
+    share = hw.mesh_share(size if ranks is None else ranks)
+    bw = np.where(inside, hw.link.bw_one_way * share * hw.link.efficiency, hw.host_bus.effective_bw)
     latency = np.where(inside, hw.link.latency, hw.host_bus.latency)
     if across is not None:
         out = size > hw.gpus_per_node
@@ -111,11 +113,11 @@ def _links(hw: Hardware, size: Ints, across: Link | None) -> tuple[np.ndarray, n
     return bw, latency
 
 
-def _span(hw: Hardware, size: Ints) -> tuple[np.ndarray, np.ndarray]:
+def _span(hw: Hardware, size: Ints, ranks: Ints | int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``comm.span_link`` per row: beyond a node, each GPU's share of the node's network."""
     net = hw.network
     per_gpu = None if net is None else Link(net.name, net.bw_one_way / hw.gpus_per_node, net.efficiency, net.latency)
-    return _links(hw, size, per_gpu)
+    return _links(hw, size, per_gpu, ranks)
 
 
 def allreduce_time(nbytes: np.ndarray, n: Ints, bw: np.ndarray, latency: np.ndarray) -> np.ndarray:
@@ -131,7 +133,7 @@ def dp_reduce_time(nbytes: np.ndarray, p: PlanArrays, hw: Hardware, ep: Ints) ->
     model_parallel = p.tp * p.pp * ep
     k = np.maximum(1, np.minimum(dp, hw.gpus_per_node // model_parallel))
     nodes = -(-dp // k)
-    intra = np.where(k > 1, allreduce_time(nbytes, k, *_links(hw, k * model_parallel, None)), 0.0)
+    intra = np.where(k > 1, allreduce_time(nbytes, k, *_links(hw, k * model_parallel, None, k)), 0.0)
     if hw.network is None:
         if np.any((dp > 1) & (nodes > 1)):
             raise ValueError("a multi-node plan needs a network")
@@ -179,17 +181,17 @@ def _micro_batch_comm(m: ModelSpec, hw: Hardware, p: PlanArrays, tokens_mb: np.n
     buf = tokens_mb * m.hidden * ACT_BYTES
     out = {"tp": np.where(tp > 1, layers * n_collectives * allreduce_time(buf, tp, bw, lat), 0.0)}
     kv = tokens_mb * 2 * m.kv_hidden * ACT_BYTES / tp
-    bw, lat = _span(hw, tp * p.cp)
+    bw, lat = _span(hw, tp * p.cp, 2)  # a ring: each GPU sends to its neighbour
     out["cp"] = np.where(p.cp > 1, layers * 3 * (p.cp - 1) * (kv / bw + lat), 0.0)
     if m.moe:
         buf = tokens_mb * m.experts_active * m.hidden * ACT_BYTES / tp
-        bw, lat = _span(hw, p.ep * tp)
+        bw, lat = _span(hw, p.ep * tp, p.ep)
         a2a = buf * (p.ep - 1) / p.ep / bw + lat
         out["ep"] = np.where(p.ep > 1, -(-m.moe_layers // pp) * 4 * a2a, 0.0)
     else:
         out["ep"] = np.zeros(np.shape(tp))
     buf = tokens_mb * m.hidden * ACT_BYTES / np.where(p.sequence_parallel, tp, 1)
-    bw, lat = _span(hw, p.replica_gpus)
+    bw, lat = _span(hw, p.replica_gpus, 2)
     out["pp"] = np.where(pp > 1, 2.0 * p.virtual_stages * (buf / bw + lat), 0.0)
     return out
 
