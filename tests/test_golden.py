@@ -17,7 +17,7 @@ from optimizer.perf import (
     training_flops,
     training_memory,
 )
-from optimizer.perf.memory import ADAM_BYTES, GRAD_BYTES, WEIGHT_BYTES
+from optimizer.perf.memory import ADAM_BYTES, GRAD_BYTES, WEIGHT_BYTES, mlp_activation_width
 
 PUBLISHED_B = {"llama2-7b": 6.74, "llama2-70b": 68.98, "llama3-8b": 8.03, "llama3-70b": 70.55,
                "llama3-405b": 405.85, "gpt3-175b": 174.6, "llama2-13b": 13.02}
@@ -306,3 +306,24 @@ def test_a_mesh_link_gives_a_group_the_links_to_its_peers_only(catalog):
     # a 64 MB all-reduce among 2 MI300X: a ring moves it once over the one link, at the link's efficiency
     seconds, _ = tp_allreduce_parts(64e6, mi300x, 2)
     assert seconds == pytest.approx(64e6 / (64e9 * mi300x.link.efficiency))
+
+
+def test_activations_take_the_attention_widths_the_layer_computes(catalog):
+    """Korthikanti et al.'s 24·s·b·h of Q, K, V and the attention output is 2·s·b times their widths:
+    hidden each in GPT-3, but Qwen3-32B's 64 heads of 128 make Q and the output 8,192 wide on a
+    5,120 hidden size, and DeepSeek-V3's MLA decompresses K and V per head (QK 192, V 128 for 128
+    heads) and keeps its compressed latents (1,536 + 512 + 64) for their projections' gradients."""
+    s, b = 4096, 1
+    qwen = catalog.models["qwen3-32b"].spec()
+    base = 10 * s * b * qwen.hidden + 6 * s * b * qwen.ffn_hidden  # layer-norm, QKV/MLP inputs, SwiGLU
+    attention = 2 * s * b * (8192 + 2 * 1024 + 8192)
+    assert activation_bytes_per_layer(qwen, s, b, 1, "selective", False) == base + attention
+    ds = catalog.models["deepseek-v3"].spec()
+    with_tp = activation_bytes_per_layer(ds, s, b, 8, "selective", False)
+    widths = 2 * 128 * 192 + 2 * 128 * 128
+    mlp = 6 * s * b * mlp_activation_width(ds)
+    latents = 2 * s * b * (1536 + 512 + 64)
+    assert with_tp == pytest.approx(10 * s * b * ds.hidden + latents + (2 * s * b * widths + mlp) / 8)
+    llama = catalog.models["llama3-70b"].spec()  # Q and the output at hidden, K and V at GQA width: as before
+    assert activation_bytes_per_layer(llama, s, b, 1, "selective", False) == (
+        10 * s * b * 8192 + 4 * s * b * 8192 + 4 * s * b * 1024 + 6 * s * b * llama.ffn_hidden)

@@ -54,8 +54,10 @@ def activation_bytes_per_layer(
     Korthikanti et al. Table 2 for a GPT layer: ``s·b·h·(34 + 5·a·s/h)`` without recompute
     and without parallelism. The 34 splits into 10·s·b·h that TP does not shard (LayerNorm
     inputs 4, QKV and MLP inputs 2 + 2, dropout masks 2) and 24·s·b·h that it does (Q, K, V,
-    attention-output input, and the MLP's 16). Here K and V take their GQA width and the
-    MLP its own width: GELU keeps 4·s·b·f, SwiGLU 6·s·b·f. Selective recompute drops the
+    attention-output input, and the MLP's 16). Here Q, K, V and the attention output take their own
+    widths (``model.attention_widths``: GQA's K and V, a head size set apart from hidden/heads, MLA's
+    decompressed heads, whose compressed latents are kept too, unsharded) and the MLP its own width:
+    GELU keeps 4·s·b·f, SwiGLU 6·s·b·f. Selective recompute drops the
     5·a·s²·b attention term; full recompute keeps only the layer input, 2·s·b·h.
     Sequence parallelism shards the 10·s·b·h part over TP as well. FlashAttention (Dao et al.
     2022) never stores the scores either, so without recompute it keeps what selective does.
@@ -64,9 +66,9 @@ def activation_bytes_per_layer(
     if recompute == "full":
         per = 2.0 * s * b * h
         return per / tp if sequence_parallel else per
-    unsharded = 10.0 * s * b * h
+    unsharded = 10.0 * s * b * h + 2.0 * s * b * shape.latent_width(m)
     mlp = (6.0 if m.mlp == "swiglu" else 4.0) * s * b * mlp_activation_width(m)
-    sharded = 4.0 * s * b * h + 4.0 * s * b * m.kv_hidden + mlp
+    sharded = 2.0 * s * b * sum(shape.attention_widths(m)) + mlp
     if recompute == "none" and not flash_attention:
         sharded += 5.0 * a * s * s * b
     if sequence_parallel:

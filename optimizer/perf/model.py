@@ -144,6 +144,23 @@ def gemm_shapes(m: ModelSpec, tp: int, ep: int, rows: float) -> list[tuple[float
     return out
 
 
+def attention_widths(m: ModelSpec) -> tuple[int, int, int, int]:
+    """Per-token widths of Q, K, V and the attention output (before its projection) a layer
+    computes: heads × head size for Q and the output (not the hidden size where the head size is set
+    apart, as in Qwen3 and gpt-oss), kv_heads × head size for K and V (GQA); multi-head latent
+    attention decompresses K and V per head, at its QK and V head dims (DeepSeek-V2, section 2.1.2)."""
+    q, out = m.heads * m.qk_head_dim, m.heads * m.attn_v_dim
+    if m.mla:
+        return q, q, out, out
+    return q, m.kv_hidden, m.kv_hidden, out
+
+
+def latent_width(m: ModelSpec) -> int:
+    """Per-token width of multi-head latent attention's compressed vectors (the query's and the
+    key-value latent with its rotary key; 0 for other attention)."""
+    return (m.q_lora_rank + m.kv_lora_rank + m.qk_rope_dim) if m.mla else 0
+
+
 def attention_flops_per_token_layer(m: ModelSpec, seq_len: float) -> float:
     """Forward FLOPs of scores and context for one token in one layer: 2·s·heads·(qk + v dims),
     i.e. 4·s·h for standard attention (no causal saving, as Narayanan et al. count)."""

@@ -180,7 +180,7 @@ def _micro_batch_comm(m: ModelSpec, hw: Hardware, p: PlanArrays, tokens_mb: np.n
     bw, lat = _span(hw, tp)
     buf = tokens_mb * m.hidden * ACT_BYTES
     out = {"tp": np.where(tp > 1, layers * n_collectives * allreduce_time(buf, tp, bw, lat), 0.0)}
-    kv = tokens_mb * 2 * m.kv_hidden * ACT_BYTES / tp
+    kv = tokens_mb * sum(shape.attention_widths(m)[1:3]) * ACT_BYTES / tp
     bw, lat = _span(hw, tp * p.cp, 2)  # a ring: each GPU sends to its neighbour
     out["cp"] = np.where(p.cp > 1, layers * 3 * (p.cp - 1) * (kv / bw + lat), 0.0)
     if m.moe:
@@ -262,9 +262,9 @@ def activation_bytes_per_layer(m: ModelSpec, s: np.ndarray, p: PlanArrays) -> np
     b, h, a, tp = p.micro_batch, m.hidden, m.heads, p.tp
     full = 2.0 * s * b * h
     full = np.where(p.sequence_parallel, full / tp, full)
-    unsharded = 10.0 * s * b * h
+    unsharded = 10.0 * s * b * h + 2.0 * s * b * shape.latent_width(m)
     mlp = (6.0 if m.mlp == "swiglu" else 4.0) * s * b * mlp_activation_width(m)
-    sharded = 4.0 * s * b * h + 4.0 * s * b * m.kv_hidden + mlp
+    sharded = 2.0 * s * b * sum(shape.attention_widths(m)) + mlp
     if not p.flash_attention:
         sharded = np.where(p.recompute == RECOMPUTE_MODES.index("none"), sharded + 5.0 * a * s * s * b, sharded)
     unsharded = np.where(p.sequence_parallel, unsharded / tp, unsharded)
