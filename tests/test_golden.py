@@ -306,6 +306,24 @@ def test_a_mesh_link_gives_a_group_the_links_to_its_peers_only(catalog):
     # a 64 MB all-reduce among 2 MI300X: a ring moves it once over the one link, at the link's efficiency
     seconds, _ = tp_allreduce_parts(64e6, mi300x, 2)
     assert seconds == pytest.approx(64e6 / (64e9 * mi300x.link.efficiency))
+    # an MI250 server holds 4 GPUs: its links reach 3 peers, so the whole node drives all of them
+    mi250 = catalog.hardware("mi250", "oam-mi250-4", None)
+    assert mi250.mesh_peers == 3 and mi250.group_link(4).bw_one_way == mi250.link.bw_one_way
+
+
+def test_on_a_mesh_a_collective_drives_the_links_to_the_ranks_it_exchanges_with(catalog):
+    """A group spread over a node (its span) uses the node's link, but on a mesh only the links to
+    the GPUs it exchanges with: a pipeline send or a ring neighbour one, the 2 DP ranks between TP4
+    ranks one, an expert all-to-all among 4 ranks three (MI300X: 64 GB/s each way per link)."""
+    from optimizer.perf.comm import dp_reduce_time, span_link
+    mi300x = catalog.hardware("mi300x", "oam-mi300x-8", None)
+    link = 64e9 * mi300x.link.efficiency
+    assert mi300x.group_link(8, 2).effective_bw == pytest.approx(link)
+    assert span_link(8, mi300x, 2).effective_bw == pytest.approx(link)
+    assert span_link(4, mi300x, 4).effective_bw == pytest.approx(3 * link)
+    plan = TrainPlan(tp=4, pp=1, dp=2, micro_batch=1, num_micro_batches=8)
+    # a ring of 2 sends the whole buffer once each way over their one link, plus the link's latency
+    assert dp_reduce_time(1e9, plan, mi300x) == pytest.approx(1e9 / link + mi300x.link.latency)
 
 
 def test_activations_take_the_attention_widths_the_layer_computes(catalog):

@@ -108,10 +108,11 @@ class ServeTerms:
     prefill_gemm_per_width: Num  # per GPU per prompt: Σ FLOPs / narrowest side, prompts prefilled together
     prefill_one_gemm_per_width: Num  # the same for a prompt prefilled alone
     prefill_attention_flops: Num  # per GPU per prompt
-    # the same two for a prompt prefilled alone: under attention data parallelism its attention runs
-    # on one GPU of the TP group (SGLang's --enable-dp-attention, TensorRT-LLM's enable_attention_dp)
-    prefill_one_gemm_flops: Num
-    prefill_one_attention_flops: Num
+    # attention data parallelism (SGLang's --enable-dp-attention, TensorRT-LLM's enable_attention_dp):
+    # each prompt's attention runs on one GPU of the TP group, so the busiest of its ``attention_ranks``
+    # (tp; 1 without it) runs ceil(prompts / tp) prompts' attention projections and attention
+    attention_ranks: Num
+    prefill_attention_gemm_flops: Num  # of prefill_gemm_flops, the attention projections' (per GPU per prompt)
     prefill_weight_bytes: Num  # per GPU per prefill pass
     prefill_dequant_bytes: Num  # per GPU per prefill pass: a weight-only format dequantised into 16-bit copies
     prefill_comm_bw: Num  # s per prompt
@@ -163,14 +164,13 @@ def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> Serv
     read = decode_weight_bytes(m, plan.precision, mb)  # the weights (and experts) one step touches
     replicated = replicated_attention_bytes(m, plan)
     unshared = unshared_kv_factor(m, plan, mb)
-    link = hw.group_link(plan.gpus, 2)  # a pipeline stage sends to the next
+    link = hw.group_link(plan.gpus, 2) if plan.pp > 1 else hw.link  # a pipeline stage sends to the next
     p16 = matmul_params_16bit(m, plan.precision)  # per token; the LM head once a prompt
     head = m.vocab * m.hidden if p16 else 0.0
     prefill_gemm = 2.0 * rate_weighted_matmul_params(dev, plan, shape.prefill_matmul_params(m, s),
                                                      p16 + (s - 1.0) * (p16 - head)) / plan.gpus
     # causal attention over the prompt: a token attends to s/2 others on average (2·s²·h per layer)
     prefill_attention = s * shape.attention_flops_per_token_layer(m, m.attended(s / 2.0)) * m.layers / plan.gpus
-    solo = plan.tp if plan.attention_dp else 1  # GPUs a lone prompt's attention would be spread over, kept on one
     return ServeTerms(
         batch=float(batch), input_len=float(plan.input_len), output_len=float(plan.output_len),
         static=1.0 if plan.batching == "static" else 0.0, requests=float(plan.requests),
@@ -193,8 +193,8 @@ def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> Serv
         prefill_gemm_per_width=_per_width(m, plan, s, prompts),
         prefill_one_gemm_per_width=_per_width(m, plan, s, 1.0),
         prefill_attention_flops=prefill_attention,
-        prefill_one_gemm_flops=prefill_gemm + (solo - 1) * attention_gemm_flops(dev, plan, m, s) / plan.gpus,
-        prefill_one_attention_flops=solo * prefill_attention,
+        attention_ranks=float(plan.tp if plan.attention_dp else 1),
+        prefill_attention_gemm_flops=attention_gemm_flops(dev, plan, m, s) / plan.gpus,
         prefill_weight_bytes=streamed_weight_bytes(m, plan.precision) / plan.gpus + replicated,
         prefill_dequant_bytes=dequant_bytes(m, plan) / plan.gpus,
         prefill_comm_bw=layers * collectives * p_bw, prefill_comm_latency=layers * collectives * p_lat,
@@ -225,9 +225,13 @@ def _prefill_stage(t: ServeTerms, p: ServeParams, prompts: Num, per_width: Num) 
     TP all-reduces of ``s·h`` values twice per layer. Each of ``m`` micro-batches (llama.cpp's
     ``n_ubatch``, PR #6017) reads the weights again (and dequantises a weight-only format again)."""
     m = t.prefill_chunks
-    gemm = (t.prefill_gemm_flops + t.prefill_expert_flops * (1.0 / p.moe_efficiency - 1.0)
-            + p.gemm_half_width * per_width)
-    compute = prompts * (gemm / (t.peak * p.gemm) + t.prefill_attention_flops / (t.peak_16bit * p.attention))
+    # attention-DP: the busiest GPU's share of the prompts' attention over an even split's (1 without it)
+    ranks = t.attention_ranks
+    busiest = ranks * np.ceil(prompts / ranks) / prompts
+    gemm = (t.prefill_gemm_flops + (busiest - 1.0) * t.prefill_attention_gemm_flops
+            + t.prefill_expert_flops * (1.0 / p.moe_efficiency - 1.0) + p.gemm_half_width * per_width)
+    attention = busiest * t.prefill_attention_flops
+    compute = prompts * (gemm / (t.peak * p.gemm) + attention / (t.peak_16bit * p.attention))
     return (roofline(t.prefill_weight_bytes / (t.mem_bw * p.mem_bw), compute / m, p.ridge_slowdown)
             + t.prefill_dequant_bytes / (t.mem_bw * p.mem_bw)
             + prompts * t.prefill_comm_bw / m + t.prefill_comm_latency * p.allreduce_latency
@@ -311,9 +315,7 @@ def serve_time(t: ServeTerms, p: ServeParams) -> ServeTimes:
     step, parts = _decode_step(t, p)
     batch_stage = _prefill_stage(t, p, t.prefill_prompts, t.prefill_gemm_per_width)
     prefill_batch = _prefill(t, p, t.prefill_prompts, batch_stage)
-    alone = replace(t, prefill_gemm_flops=t.prefill_one_gemm_flops,
-                    prefill_attention_flops=t.prefill_one_attention_flops)
-    prefill_one = _prefill(t, p, 1.0, _prefill_stage(alone, p, 1.0, t.prefill_one_gemm_per_width))
+    prefill_one = _prefill(t, p, 1.0, _prefill_stage(t, p, 1.0, t.prefill_one_gemm_per_width))
     # under continuous batching the other sequences' micro-batches keep the pipeline's other stages
     # busy (TensorRT-LLM and vLLM keep pp micro-batches in flight): with b − 1 others for pp − 1
     # stages, a prompt costs the replica its stage time only once b ≥ pp

@@ -65,7 +65,7 @@ def serve_terms_at(m: ModelSpec, hw: Hardware, plan: ServePlan, batches: np.ndar
             else np.full(len(b), decode_weight_bytes(m, plan.precision, 1.0)))
     prompts = b if plan.batching == "static" else np.minimum(b, PREFILL_BATCH)
     s = plan.input_len
-    link = hw.group_link(plan.gpus, 2)
+    link = hw.group_link(plan.gpus, 2) if plan.pp > 1 else hw.link
     experts = (read - streamed_weight_bytes(m, plan.precision) + expert_weight_bytes(m, plan.precision)) / plan.gpus
     return replace(
         one, batch=b.astype(float), slots=np.maximum(micro, plan.pp).astype(float),

@@ -199,12 +199,20 @@ class Hardware:
     # Gaudi's on-die RoCE: 3 of 21 ports to each peer): a group of n GPUs uses n − 1 of those links
     mesh: bool = False
 
+    @property
+    def mesh_peers(self) -> int:
+        """The other GPUs each GPU has links to: the rest of its link domain within its server."""
+        return max(min(self.link_domain, self.gpus_per_node) - 1, 1)
+
     def mesh_share(self, size: float | np.ndarray) -> float | np.ndarray:
         """The share of the link's bandwidth a collective among ``size`` GPUs of its domain drives:
-        (size − 1) / (domain − 1) on a mesh (at least one link's), all of it through a switch (NVSwitch)."""
-        if not self.mesh or self.link_domain <= 1:
+        (size − 1) / peers on a mesh (at least one link's), all of it through a switch (NVSwitch)."""
+        if not self.mesh:
             return 1.0
-        return np.clip((np.asarray(size, dtype=float) - 1) / (self.link_domain - 1), 1 / (self.link_domain - 1), 1.0)
+        peers = self.mesh_peers
+        if isinstance(size, np.ndarray):
+            return np.clip((size - 1.0) / peers, 1.0 / peers, 1.0)
+        return min(max(size - 1.0, 1.0) / peers, 1.0)
 
     def group_link(self, size: int, ranks: int | None = None) -> Link:
         """The link a collective among ``size`` GPUs of one node runs over; on a mesh, what each GPU
@@ -214,7 +222,7 @@ class Hardware:
             return self.host_bus
         if not self.mesh:
             return self.link
-        return replace(self.link, bw_one_way=self.link.bw_one_way * float(self.mesh_share(ranks or size)))
+        return replace(self.link, bw_one_way=self.link.bw_one_way * float(self.mesh_share(float(ranks or size))))
 
     def oversubscribed(self, factor: float) -> Hardware:
         """The cluster on a fabric whose leaves have ``factor`` times more downlinks than uplinks:
@@ -290,7 +298,9 @@ class TrainPlan:
 # activations too and multiply FP4 by FP4; gpt-oss's MXFP4 experts multiply MXFP8 activations on
 # GPUs with FP4 tensor cores (Blackwell's mixed f8f6f4 MMA, at the FP8 rate) and BF16 ones on
 # Hopper and older (TensorRT-LLM examples/models/core/gpt_oss/README.md, "MoE Support Matrix":
-# Hopper bf16 x mxfp4, Blackwell mxfp8 x mxfp4).
+# Hopper bf16 x mxfp4, Blackwell mxfp8 x mxfp4). "mxfp4" is that scheme on every GPU; a checkpoint
+# that quantises its activations to MXFP4 too (AMD Quark's W4A4 on MI355X) would run at the FP4
+# rate and is not told apart yet.
 FORMATS: dict[str, tuple[float, str]] = {
     "fp16": (2.0, "fp16"), "bf16": (2.0, "bf16"), "fp8": (1.0, "fp8"), "int8": (1.0, "fp16"),
     "int4": (0.5, "fp16"), "awq-int4": (4.25 / 8, "fp16"), "gguf-q4km": (4.85 / 8, "fp16"),
