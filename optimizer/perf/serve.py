@@ -194,7 +194,8 @@ def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> Serv
         prefill_one_gemm_per_width=_per_width(m, plan, s, 1.0),
         prefill_attention_flops=prefill_attention,
         attention_ranks=float(plan.tp if plan.attention_dp else 1),
-        prefill_attention_gemm_flops=attention_gemm_flops(dev, plan, m, s) / plan.gpus,
+        # read only under attention-DP (``_prefill_stage``)
+        prefill_attention_gemm_flops=attention_gemm_flops(dev, plan, m, s) / plan.gpus if plan.attention_dp else 0.0,
         prefill_weight_bytes=streamed_weight_bytes(m, plan.precision) / plan.gpus + replicated,
         prefill_dequant_bytes=dequant_bytes(m, plan) / plan.gpus,
         prefill_comm_bw=layers * collectives * p_bw, prefill_comm_latency=layers * collectives * p_lat,

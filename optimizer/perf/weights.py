@@ -82,8 +82,12 @@ def gemm_peak(dev: Device, plan: ServePlan) -> float:
     sweep measured on the part (``Device.achievable_share``: 97 % of Gaudi 2's, 80 % of an H100's,
     51 % of an MI300X's BF16 peak), so that an engine's GEMM efficiency is a share of what the part
     can do and carries over between parts."""
-    math = math_precision(dev, plan.precision)
-    return _rate(dev, math, plan.fp16_accumulate, dev.achievable_share(math))
+    return _reachable(dev, math_precision(dev, plan.precision), plan.fp16_accumulate)
+
+
+def _reachable(dev: Device, math: str, fp16_accumulate: bool) -> float:
+    """What GEMMs in ``math`` reach on the part: its peak times its measured matmul share."""
+    return _rate(dev, math, fp16_accumulate, dev.achievable_share(math))
 
 
 def _rate(dev: Device, math: str, fp16_accumulate: bool, share: float) -> float:
@@ -118,8 +122,7 @@ def rate_weighted_matmul_params(dev: Device, plan: ServePlan, params: float, par
     16-bit anyway, as weight-only INT4 and GGUF do)."""
     if not params_16bit:
         return params
-    sixteen = math_precision(dev, "fp16")
-    slower = gemm_peak(dev, plan) / _rate(dev, sixteen, plan.fp16_accumulate, dev.achievable_share(sixteen)) - 1.0
+    slower = gemm_peak(dev, plan) / _reachable(dev, math_precision(dev, "fp16"), plan.fp16_accumulate) - 1.0
     return params + params_16bit * max(slower, 0.0)
 
 
