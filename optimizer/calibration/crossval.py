@@ -15,6 +15,7 @@ import numpy as np
 from scipy.sparse import coo_matrix, csr_matrix
 
 from optimizer.calibration import fit as fitting
+from optimizer.calibration.agreement import Agreement, agreement
 from optimizer.calibration.data import LATENCY, Comparison, load_aliases, load_sources
 from optimizer.calibration.serving import serving_cases
 from optimizer.calibration.training import training_cases
@@ -44,6 +45,13 @@ class Dataset:
     @property
     def sources(self) -> np.ndarray:
         return np.array([c.source for c in self.cases])
+
+    def agreement(self) -> Agreement:
+        """How far apart rows the model cannot tell apart were measured (``calibration.agreement``):
+        rows whose context, work and scale are equal get equal predictions."""
+        keys = [(context, c.terms, c.scale) for context, c in zip(self.contexts, self.cases, strict=True)]
+        return agreement(keys, [c.source for c in self.cases],
+                         [(o.case, o.metric, o.measured) for o in self.observations])
 
     def predictor(self):
         """A function of (array) parameters → predicted value per metric, one per case."""
@@ -198,6 +206,7 @@ class Validation:
     skipped: tuple[tuple[str, str, str], ...]
     fit: fitting.FitResult | None = None
     sensitivity: dict | None = None
+    agreement: Agreement | None = None  # of the measurements themselves (``Dataset.agreement``)
 
 
 def with_catalog(ds: Dataset, catalog: Catalog) -> Validation:
@@ -207,7 +216,7 @@ def with_catalog(ds: Dataset, catalog: Catalog) -> Validation:
     params = stack_arrays([r.params for r in resolved], fitting.params_class(ds.kind))
     gaps = {i: r.extrapolated for i, r in enumerate(resolved)}
     comps = tuple(_comparisons(ds, ds.predictor()(params), np.ones(len(ds.cases), dtype=bool), gaps))
-    return Validation(ds.kind, "none", comps, comps, tuple(ds.skipped))
+    return Validation(ds.kind, "none", comps, comps, tuple(ds.skipped), agreement=ds.agreement())
 
 
 def fit_all(ds: Dataset, catalog: Catalog) -> fitting.FitResult:
@@ -250,7 +259,8 @@ def cross_validate(ds: Dataset, catalog: Catalog, progress=None, workers: int = 
         out += _comparisons(ds, predictions(ds, result), held, _gaps(ds, ~held))
     order = {c.row: i for i, c in enumerate(ds.cases)}
     out.sort(key=lambda c: (order[c.row], c.metric))
-    return Validation(ds.kind, "source", tuple(in_sample), tuple(out), tuple(ds.skipped), full, sens)
+    return Validation(ds.kind, "source", tuple(in_sample), tuple(out), tuple(ds.skipped), full, sens,
+                      ds.agreement())
 
 
 def _collect(results: Iterator[fitting.FitResult], progress, left_out: list[str]) -> list[fitting.FitResult]:

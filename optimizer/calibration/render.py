@@ -61,7 +61,8 @@ def summary(v: Validation) -> dict[str, Any]:
     the catalog's parameters the residuals are in sample, and bands built on them say nothing)."""
     cov = coverage(list(v.out_of_source)) if v.cv == "source" else {}
     out: dict[str, Any] = {"kind": v.kind, "expressed_rows": len({c.row for c in v.out_of_source}),
-                           "skipped_rows": len(v.skipped), "coverage_90": cov.get("all"), "lines": []}
+                           "skipped_rows": len(v.skipped), "coverage_90": cov.get("all"), "lines": [],
+                           "agreement": _agreement(v)}
     for section, label, oos, ins in _groups(v):
         o, i = _errors(oos), _errors(ins)
         key = {"by regime": f"regime: {label}", "by band": f"band: {label}", "by GPU vendor": f"vendor: {label}",
@@ -73,6 +74,29 @@ def summary(v: Validation) -> dict[str, Any]:
             "in_sample": {"median": i["median"], "p90": i["p90"]},
             "coverage_90": cov.get("all") if label.startswith("all") else cov.get(key),
         })
+    return out
+
+
+def _agreement(v: Validation) -> dict[str, Any] | None:
+    """The measurements' own disagreement where the model sees the same row (``calibration.agreement``)."""
+    if v.agreement is None:
+        return None
+    return {name: {"pairs": d.pairs, "rows": d.rows, "median": d.median, "p90": d.p90}
+            for name, d in (("across_sources", v.agreement.across_sources),
+                            ("within_source", v.agreement.within_source))}
+
+
+def _agreement_lines(agreement: dict[str, Any] | None) -> list[str]:
+    if not agreement or not any(d["pairs"] for d in agreement.values()):
+        return []
+    out = ["  the measurements themselves, where the model sees the same row (same model, hardware, plan, stack",
+           "  and precision: one prediction for both), larger over smaller:"]
+    for name, label in (("across_sources", "measured by two sources"),
+                        ("within_source", "measured twice by one source")):
+        d = agreement[name]
+        if d["pairs"]:
+            pairs = f"{d['pairs']} pairs ({d['rows']} rows)"
+            out.append(f"    {label:<30} {pairs:>20}   median {_pct(d['median'])}   p90 {_pct(d['p90'])}")
     return out
 
 
@@ -109,6 +133,7 @@ def text(validations: list[Validation], rows: bool = False) -> str:
             out.append(f"  {label[:44]:44} {line['sources']:>7} {line['rows']:>5}   {_pct(o['median']):>7} "
                        f"{_pct(o['p90']):>7}   {_pct(i['median']):>7} {_pct(i['p90']):>7}   "
                        f"{_pct(line['coverage_90']):>8}")
+        out += _agreement_lines(s["agreement"])
         if rows:
             out.append("  rows (out-of-source prediction):")
             for c in v.out_of_source:
