@@ -48,10 +48,24 @@ class Dataset:
 
     def agreement(self) -> Agreement:
         """How far apart rows the model cannot tell apart were measured (``calibration.agreement``):
-        rows whose context, work and scale are equal get equal predictions."""
-        keys = [(context, c.terms, c.scale) for context, c in zip(self.contexts, self.cases, strict=True)]
+        rows with equal contexts and work get one predicted rate, which ``predictor`` scales to each
+        row's metric; each row's measured throughput is taken back to that rate."""
+        keys = [(context, c.terms) for context, c in zip(self.contexts, self.cases, strict=True)]
         return agreement(keys, [c.source for c in self.cases],
-                         [(o.case, o.metric, o.measured) for o in self.observations])
+                         {i: rate for i, c in enumerate(self.cases) if (rate := self._rate(c)) is not None})
+
+    def _rate(self, c) -> float | None:
+        """A row's measured throughput over the factor ``predictor`` scales its metric by: serving,
+        output tokens/s (a total taken back to its output share); training, the inverse step time."""
+        if self.kind == "training":
+            return c.measured / c.scale
+        measured = dict(c.measured)
+        if "output_tokens_per_s" in measured:
+            return measured["output_tokens_per_s"] / c.scale
+        if "total_tokens_per_s" in measured:
+            t = c.terms
+            return measured["total_tokens_per_s"] * t.output_len / (t.input_len + t.output_len) / c.scale
+        return None
 
     def predictor(self):
         """A function of (array) parameters → predicted value per metric, one per case."""

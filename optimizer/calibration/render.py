@@ -87,10 +87,11 @@ def _agreement(v: Validation) -> dict[str, Any] | None:
 
 
 def _agreement_lines(agreement: dict[str, Any] | None) -> list[str]:
+    """The text lines of ``_agreement`` (none where no two rows pair)."""
     if not agreement or not any(d["pairs"] for d in agreement.values()):
         return []
     out = ["  the measurements themselves, where the model sees the same row (same model, hardware, plan, stack",
-           "  and precision: one prediction for both), larger over smaller:"]
+           "  and precision: one set of parameters predicts one rate for both), larger rate over smaller:"]
     for name, label in (("across_sources", "measured by two sources"),
                         ("within_source", "measured twice by one source")):
         d = agreement[name]
