@@ -8,11 +8,14 @@ import pytest
 
 from optimizer.calibration.crossval import load_dataset
 from optimizer.perf.model import expert_params, param_count, transformer_params
-from optimizer.perf.serve import ServePlan, serve_terms
+from optimizer.perf.params import ServeParams
+from optimizer.perf.serve import ServePlan, serve_terms, serve_time
 from optimizer.perf.serve_memory import dequant_bytes
 from optimizer.perf.specs import BYTES
 from optimizer.perf.weights import (
     active_matmul_params,
+    expert_ramp,
+    expert_slice_bytes,
     gemm_peak,
     math_precision,
     matmul_params_16bit,
@@ -124,3 +127,29 @@ def test_tensorrt_llm_gpt_oss_rows_are_the_mxfp4_checkpoint(catalog):
     gpt_oss = [c for c in ds.cases if c.row.startswith("trtdev-") and c.model.name == "gpt-oss-120b"]
     assert len(gpt_oss) == 22
     assert {c.precision for c in gpt_oss} == {"mxfp4"}
+
+
+def test_a_routed_expert_read_costs_a_fixed_latency_per_slice_beside_its_bytes(catalog):
+    """Mixtral's eight 352 MB experts and DeepSeek-V3's 256 of 44 MB pay the same microseconds per
+    expert slice a decode step reads (``weights.expert_ramp``), not one efficiency on every byte."""
+    h100 = catalog.hardware("h100-sxm", "hgx-hopper-8", None)
+    mixtral, dsv3 = catalog.models["mixtral-8x7b"].spec(), catalog.models["deepseek-v3"].spec()
+    tp4, tp8 = ServePlan(tp=4, precision="bf16"), ServePlan(tp=8, precision="fp8")
+    # one expert of one layer: gate, up and down matrices, split over the TP group
+    assert expert_slice_bytes(mixtral, tp4) == 3 * 4096 * 14336 * 2 / 4  # 88.1 MB
+    assert expert_slice_bytes(dsv3, tp8) == 3 * 7168 * 2048 * 1 / 8  # 5.5 MB
+    assert expert_slice_bytes(catalog.models["llama3-8b"].spec(), tp4) == 0.0
+    # at batch 16 Mixtral's 32 layers touch all but (6/8)^16 of their 8 experts: 255.2 slices a GPU
+    t = serve_terms(mixtral, h100, tp4, 16)
+    slices = 32 * 8 * (1 - (6 / 8) ** 16)
+    assert t.expert_bytes / t.expert_slice == pytest.approx(slices)
+    assert expert_ramp(t.expert_bytes, t.expert_slice, 1e-6) == pytest.approx(slices * 1e-6)
+    assert expert_ramp(0.0, 0.0, 1e-6) == 0.0  # a dense model
+    # the same latency weighs sixteen times more per byte on DeepSeek-V3's slices than on Mixtral's
+    d = serve_terms(dsv3, h100, tp8, 16)
+    per_byte = [expert_ramp(x.expert_bytes, x.expert_slice, 1e-6) / x.expert_bytes for x in (t, d)]
+    assert per_byte[1] / per_byte[0] == pytest.approx(88.1 / 5.5, rel=0.01)
+    # and a memory-bound decode step (batch 1, the roofline unsmoothed) takes exactly that much longer
+    one = serve_terms(mixtral, h100, tp4, 1)
+    slow, fast = (serve_time(one, ServeParams(ridge_slowdown=1.0, expert_latency=x)).decode_step for x in (1e-6, 0.0))
+    assert slow - fast == pytest.approx(32 * 2 * 1e-6)  # two experts a layer at batch 1

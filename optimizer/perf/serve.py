@@ -58,6 +58,8 @@ from optimizer.perf.specs import (
 from optimizer.perf.weights import (
     active_matmul_params,
     attention_gemm_flops,
+    expert_ramp,
+    expert_slice_bytes,
     expert_weight_bytes,
     gemm_peak,
     math_precision,
@@ -92,6 +94,7 @@ class ServeTerms:
     layers: Num  # layers on one stage (kernel launches scale with them)
     weight_bytes: Num  # per GPU per micro-batch step (MoE: the experts touched)
     expert_bytes: Num  # of which the routed experts' (0 for a dense model)
+    expert_slice: Num  # bytes of one routed expert's weights in one layer on one GPU (its TP share; 0: dense)
     kv_bytes: Num  # per GPU per micro-batch step
     overlap: Num  # 1: the host's work per step overlaps the GPU's (an overlap scheduler); 0: it adds to it
     kv_read_factor: Num  # times the step reads the KV cache (``unshared_kv_factor``; 1 but for vLLM's V1 kernel)
@@ -180,6 +183,7 @@ def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> Serv
         weight_bytes=read / plan.gpus + replicated,
         expert_bytes=(read - streamed_weight_bytes(m, plan.precision)
                       + expert_weight_bytes(m, plan.precision)) / plan.gpus if m.moe else 0.0,
+        expert_slice=expert_slice_bytes(m, plan),
         kv_bytes=mb * kv_bytes_per_gpu(m, plan, context) * unshared, kv_read_factor=unshared,
         overlap=1.0 if plan.overlap_scheduler else 0.0,
         gemm_flops=mb * 2.0 * rate_weighted_matmul_params(dev, plan, active_matmul_params(m), p16) / plan.gpus,
@@ -259,13 +263,13 @@ def _decode_step(t: ServeTerms, p: ServeParams, share: Num = 1.0) -> tuple[Num, 
     prefill's GEMM efficiency: small batches are memory-bound whatever that
     efficiency, and at thousands of sequences the GEMMs are a prefill's (a lower decode efficiency
     made those 30-50 % too slow; prefill's thin-GEMM penalty, tried on decode too, made TPOT at a
-    batch worse)."""
+    batch worse). Routed experts stream as dense weights do, plus ``expert_ramp`` per expert slice;
+    their FLOPs run at ``moe_efficiency`` of a dense GEMM's rate."""
     bw = t.mem_bw * p.mem_bw
-    # routed experts: grouped kernels over few tokens each, slower than dense GEMMs (moe_efficiency)
-    weights = t.weight_bytes + t.expert_bytes * (1.0 / p.moe_efficiency - 1.0)
+    read = t.weight_bytes / bw + expert_ramp(t.expert_bytes, t.expert_slice, p.expert_latency)
     flops = t.gemm_flops + t.expert_flops * (1.0 / p.moe_efficiency - 1.0)
     compute = share * flops / (t.peak * p.gemm)
-    gemm = roofline(weights / bw, compute, p.ridge_slowdown)
+    gemm = roofline(read, compute, p.ridge_slowdown)
     attention = share * roofline(t.kv_bytes / (t.mem_bw * p.kv_bw), t.attention_flops / (t.peak_16bit * p.attention),
                                   p.ridge_slowdown)
     comm = share * t.comm_bw + t.comm_latency * p.allreduce_latency
@@ -281,7 +285,7 @@ def _decode_step(t: ServeTerms, p: ServeParams, share: Num = 1.0) -> tuple[Num, 
     # only where it outlasts the GPU's, so "overhead" is what is left of it
     exposed_host = np.where(t.overlap > 0, np.maximum(overhead - gpu, 0.0), overhead)
     step = gpu + exposed_host
-    parts = {"weights_read": t.slots * weights / bw, "kv_read": t.slots * share * t.kv_bytes / (t.mem_bw * p.kv_bw),
+    parts = {"weights_read": t.slots * read, "kv_read": t.slots * share * t.kv_bytes / (t.mem_bw * p.kv_bw),
              "compute": t.slots * (compute + share * t.attention_flops / (t.peak_16bit * p.attention)),
              "gemm": t.slots * gemm, "attention": t.slots * attention, "tp_comm": t.slots * exposed,
              "pp_send": t.slots * t.send, "pp_handoff": t.slots * handoff, "launches": t.slots * launches,
