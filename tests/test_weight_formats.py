@@ -139,16 +139,21 @@ def test_a_routed_expert_read_costs_a_fixed_latency_per_slice_beside_its_bytes(c
     assert expert_slice_bytes(mixtral, tp4) == 3 * 4096 * 14336 * 2 / 4  # 88.1 MB
     assert expert_slice_bytes(dsv3, tp8) == 3 * 7168 * 2048 * 1 / 8  # 5.5 MB
     assert expert_slice_bytes(catalog.models["llama3-8b"].spec(), tp4) == 0.0
-    # at batch 16 Mixtral's 32 layers touch all but (6/8)^16 of their 8 experts: 255.2 slices a GPU
+    # at batch 16 Mixtral's 32 layers touch all but (6/8)^16 of their 8 experts: 253.4 slices a GPU
     t = serve_terms(mixtral, h100, tp4, 16)
     slices = 32 * 8 * (1 - (6 / 8) ** 16)
     assert t.expert_bytes / t.expert_slice == pytest.approx(slices)
     assert expert_ramp(t.expert_bytes, t.expert_slice, 1e-6) == pytest.approx(slices * 1e-6)
     assert expert_ramp(0.0, 0.0, 1e-6) == 0.0  # a dense model
-    # the same latency weighs sixteen times more per byte on DeepSeek-V3's slices than on Mixtral's
-    d = serve_terms(dsv3, h100, tp8, 16)
-    per_byte = [expert_ramp(x.expert_bytes, x.expert_slice, 1e-6) / x.expert_bytes for x in (t, d)]
-    assert per_byte[1] / per_byte[0] == pytest.approx(88.1 / 5.5, rel=0.01)
+    # TP2 x PP2: a slice is half an expert; a GPU holds 16 layers and a micro-batch of 8 sequences
+    # touches all but (6/8)^8 of a layer's experts: 115.2 slices
+    tp2pp2 = ServePlan(tp=2, pp=2, precision="bf16")
+    assert expert_slice_bytes(mixtral, tp2pp2) == 3 * 4096 * 14336 * 2 / 2
+    t22 = serve_terms(mixtral, h100, tp2pp2, 16)
+    assert t22.expert_bytes / t22.expert_slice == pytest.approx(16 * 8 * (1 - (6 / 8) ** 8))
+    # gpt-oss keeps its experts alone in MXFP4 (4.25 bits a weight): a slice is those bytes only
+    gpt_oss = catalog.models["gpt-oss-120b"].spec()
+    assert expert_slice_bytes(gpt_oss, ServePlan(tp=2, precision="mxfp4")) == 3 * 2880 * 2880 * 4.25 / 8 / 2
     # and a memory-bound decode step (batch 1, the roofline unsmoothed) takes exactly that much longer
     one = serve_terms(mixtral, h100, tp4, 1)
     slow, fast = (serve_time(one, ServeParams(ridge_slowdown=1.0, expert_latency=x)).decode_step for x in (1e-6, 0.0))

@@ -82,9 +82,10 @@ def expert_ramp(expert_bytes: Num, expert_slice: Num, latency: Num) -> Num:
     whose weight stream starts cold and drains: the same microseconds for Mixtral's 88 MB slices
     on four GPUs as for DeepSeek-V3's 5.5 MB ones on eight, which stream in a sixteenth of the
     time. One efficiency on every expert byte could not hold both: LLM-Inference-Bench's
-    TensorRT-LLM streams Mixtral 8x7B at about 93 % of an H100's bandwidth at batch 16 (7.5 ms a
-    step for 23.4 GB a GPU), where the fine-grained models of other sources take about twice
-    their bytes' streaming time."""
+    TensorRT-LLM reads Mixtral 8x7B's weights and KV cache at about 98 % of an H100's bandwidth at
+    batch 16 (7.5 ms a step for 24.7 GB a GPU), where the fine-grained models of other sources
+    take about twice their bytes' streaming time. Serving plans split every expert by TP
+    (``expert_slice_bytes``); under expert parallelism a GPU would read fewer, whole experts."""
     if isinstance(expert_slice, float):  # the planner's one-plan calls: no numpy overhead
         return expert_bytes / expert_slice * latency if expert_slice > 0 else 0.0
     slices = expert_bytes / np.maximum(expert_slice, 1.0)
