@@ -155,6 +155,13 @@ def attention_widths(m: ModelSpec) -> tuple[int, int, int, int]:
     return q, m.kv_hidden, m.kv_hidden, out
 
 
+def kv_width(m: ModelSpec) -> int:
+    """Per-token width of the K and V a layer computes together (``attention_widths``): what a
+    context-parallel ring passes on."""
+    _, k, v, _ = attention_widths(m)
+    return k + v
+
+
 def latent_width(m: ModelSpec) -> int:
     """Per-token width of multi-head latent attention's compressed vectors (the query's and the
     key-value latent with its rotary key; 0 for other attention)."""

@@ -194,7 +194,7 @@ def _micro_batch_comm(m: ModelSpec, hw: Hardware, plan: TrainPlan, tokens_mb: fl
         buf = tokens_mb * m.hidden * ACT_BYTES
         out["tp"] = layers * n_collectives * allreduce_time(buf, tp, span_link(tp, hw))
     if plan.cp > 1:  # ring attention: K and V of the other cp − 1 chunks forward; K, V, dK, dV backward
-        kv = tokens_mb * sum(shape.attention_widths(m)[1:3]) * ACT_BYTES / tp
+        kv = tokens_mb * shape.kv_width(m) * ACT_BYTES / tp
         link = span_link(tp * plan.cp, hw, 2)  # a ring: each GPU sends to its neighbour
         out["cp"] = layers * 3 * (plan.cp - 1) * (kv / link.effective_bw + link.latency)
     if m.moe and plan.ep > 1:  # dispatch and combine, forward and backward

@@ -180,7 +180,7 @@ def _micro_batch_comm(m: ModelSpec, hw: Hardware, p: PlanArrays, tokens_mb: np.n
     bw, lat = _span(hw, tp)
     buf = tokens_mb * m.hidden * ACT_BYTES
     out = {"tp": np.where(tp > 1, layers * n_collectives * allreduce_time(buf, tp, bw, lat), 0.0)}
-    kv = tokens_mb * sum(shape.attention_widths(m)[1:3]) * ACT_BYTES / tp
+    kv = tokens_mb * shape.kv_width(m) * ACT_BYTES / tp
     bw, lat = _span(hw, tp * p.cp, 2)  # a ring: each GPU sends to its neighbour
     out["cp"] = np.where(p.cp > 1, layers * 3 * (p.cp - 1) * (kv / bw + lat), 0.0)
     if m.moe:
