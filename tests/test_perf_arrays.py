@@ -116,6 +116,7 @@ SERVE_PLANS = [dict(tp=1, pp=1), dict(tp=2, pp=1, precision="fp8", kv_precision=
                dict(tp=2, pp=2, batching="static"), dict(tp=4, pp=1, prefill_ubatch=512, input_len=2048),
                dict(tp=8, pp=1, attention_dp=True), dict(tp=1, pp=2, requests=300, variable_lengths=True),
                dict(tp=2, pp=1, paged_v1v2=True, input_len=2048), dict(tp=1, pp=1, overlap_scheduler=True),
+               dict(tp=2, pp=2, mixed_batching=True),
                dict(tp=1, pp=1, precision="mxfp4", gpu="b200"), dict(tp=2, pp=1, precision="nvfp4", gpu="b200")]
 
 
@@ -144,8 +145,7 @@ def test_serve_terms_over_batches_are_the_scalar_models_to_the_bit(catalog, mode
 @pytest.mark.parametrize("limits", [(0.05, None), (None, 0.5), (0.03, 0.2), (0.2, 2.0), (1e-4, None)])
 def test_batch_at_slo_over_arrays_is_the_bisection_of_the_scalar_model(catalog, limits):
     from optimizer.perf.serve import ServePlan, max_batch
-    from optimizer.perf.serve import batch_at_slo as one_at_a_time
-    from optimizer.perf.serve_arrays import batch_at_slo
+    from optimizer.perf.serve_arrays import batch_at_slo, one_at_a_time
 
     for model, gpu, server in (("llama3.1-8b", "l40s", "pcie-8"), ("llama2-70b", "h100-sxm", "hgx-hopper-8"),
                                ("qwen3-30b-a3b", "a100-sxm-80gb", "hgx-ampere-8")):

@@ -557,3 +557,28 @@ def test_a_prompt_multiplies_the_lm_head_once_for_its_last_token():
     assert t.gemm_flops == pytest.approx(2.0 * (layers + head))
     every_token = 2.0 * (layers + head) * 2048
     assert every_token / t.prefill_gemm_flops - 1 == pytest.approx(0.075, abs=0.002)
+
+
+def test_in_flight_batching_prefills_new_prompts_inside_the_decode_step():
+    """TensorRT-LLM packs new prompts' context tokens into the running batch's forward pass (in-flight
+    batching): every output_len steps each of b sequences is replaced, so a step takes in b/out prompts,
+    whose GEMMs share the step's weight read. SEED_70B on one H100 of the seed, 128-token prompts and
+    outputs: at batch 64 the step is memory-bound (reading 140 GB takes 41.8 ms, 64 tokens' GEMMs
+    4.5 ms), so the half prompt it takes in costs next to nothing, where in a pass of its own its
+    GEMMs add 4.5 ms a step; at batch 2,048 it is compute-bound and a prompt token costs what a
+    decoded one does (2 x 70 B FLOPs at 1,979 TFLOPS: 70.7 us), 16 prompts of 128 tokens 145 ms a step."""
+    from optimizer.perf.model import param_count
+
+    plan = ServePlan(tp=1, input_len=128, output_len=128, online=False)
+    per_token = 2.0 * param_count(SEED_70B) / 1979e12
+    assert per_token * 1e6 == pytest.approx(70.7, abs=0.1)
+    small = [serve(SEED_70B, H100, replace(plan, batch=64, mixed_batching=mixed), SEED) for mixed in (True, False)]
+    assert small[0].decode_step == small[1].decode_step  # the step alone does not change
+    assert small[0].decode_step * 1e3 == pytest.approx(41.8 + 1.2, abs=0.2)  # weights, 64 x 192 tokens' KV cache
+    assert (small[0].tpot - small[0].decode_step) / small[0].decode_step < 0.002  # below the ridge: next to free
+    separate = small[1].tpot - small[1].decode_step
+    # a pass of its own of 8 prompts (1,024 tokens) is compute-bound: half a prompt's GEMMs a step, 4.5 ms
+    assert separate * 1e3 == pytest.approx(64 / 128 * 128 * per_token * 1e3, rel=0.02)
+    big = serve(SEED_70B, H100, replace(plan, batch=2048, mixed_batching=True), SEED)
+    assert (big.tpot - big.decode_step) * 1e3 == pytest.approx(2048 / 128 * 128 * per_token * 1e3, rel=0.02)
+    assert big.output_tokens_per_s == pytest.approx(2048 / big.tpot, rel=1e-9)

@@ -264,7 +264,7 @@ class Catalog:
                 "reserved_memory": self.efficiency.reserved_memory, "fp16_accumulate": e.fp16_accumulate,
                 "prefill_ubatch": e.prefill_ubatch, "prefill_dequant": e.prefill_dequant,
                 "kv_on_demand": e.kv_on_demand, "paged_v1v2": e.paged_v1v2,
-                "overlap_scheduler": e.overlap_scheduler}
+                "overlap_scheduler": e.overlap_scheduler, "mixed_batching": e.mixed_batching}
 
 
 def default_root() -> Path:

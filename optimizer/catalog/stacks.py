@@ -71,6 +71,7 @@ class Engine(Record):
     kv_on_demand: bool = False  # KV blocks are taken as tokens are generated, not reserved for the whole request
     paged_v1v2: bool = False  # decode attention by vLLM's generic PagedAttention V1/V2 kernels and their switch
     overlap_scheduler: bool = False  # the host prepares the next decode step while the GPU runs this one
+    mixed_batching: bool = False  # new prompts are prefilled inside the decode step's forward pass
     # an earlier release of the engine it is ``like``: where it has no host overheads of its own it takes
     # that engine's times ``EfficiencyFile.release_overhead`` (``Efficiency.release_hops``)
     earlier_release: bool = False
@@ -300,3 +301,4 @@ class ServeTraits(TypedDict):
     kv_on_demand: bool
     paged_v1v2: bool
     overlap_scheduler: bool
+    mixed_batching: bool

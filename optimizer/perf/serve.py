@@ -24,7 +24,7 @@ decode steps; a static batch (``batching='static'``) prefills all ``b`` prompts,
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -71,7 +71,7 @@ from optimizer.perf.weights import (
 )
 
 __all__ = ["ACT_BYTES", "BYTES", "FORMATS", "KV_PRECISIONS", "SERVE_PRECISIONS", "ServePlan", "ServeResult",
-           "ServeTerms", "batch_at_slo", "decode_weight_bytes", "gemm_peak", "kv_bytes_per_token", "math_precision",
+           "ServeTerms", "decode_weight_bytes", "gemm_peak", "kv_bytes_per_token", "math_precision",
            "max_batch", "serve", "serve_memory", "serve_terms", "serve_time", "weight_bytes", "DECODE_SUMMANDS",
            "EXPOSED_HOST", "HOST_WORK"]
 
@@ -97,6 +97,7 @@ class ServeTerms:
     expert_slice: Num  # bytes of one routed expert's weights in one layer on one GPU (its TP share; 0: dense)
     kv_bytes: Num  # per GPU per micro-batch step
     overlap: Num  # 1: the host's work per step overlaps the GPU's (an overlap scheduler); 0: it adds to it
+    mixed: Num  # 1: new prompts are prefilled inside the decode step's forward pass; 0: in passes of their own
     kv_read_factor: Num  # times the step reads the KV cache (``unshared_kv_factor``; 1 but for vLLM's V1 kernel)
     gemm_flops: Num  # per GPU per micro-batch step, at ``peak``'s rate (a 16-bit weight's counted over: weights.py)
     expert_flops: Num  # of which the routed experts' GEMMs
@@ -185,7 +186,7 @@ def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> Serv
                       + expert_weight_bytes(m, plan.precision)) / plan.gpus if m.moe else 0.0,
         expert_slice=expert_slice_bytes(m, plan),
         kv_bytes=mb * kv_bytes_per_gpu(m, plan, context) * unshared, kv_read_factor=unshared,
-        overlap=1.0 if plan.overlap_scheduler else 0.0,
+        overlap=1.0 if plan.overlap_scheduler else 0.0, mixed=1.0 if plan.mixed_batching else 0.0,
         gemm_flops=mb * 2.0 * rate_weighted_matmul_params(dev, plan, active_matmul_params(m), p16) / plan.gpus,
         expert_flops=mb * 2.0 * routed_matmul_params(m) / plan.gpus,
         attention_flops=mb * shape.decode_attention_flops_per_token_layer(m, attended) * m.layers / plan.gpus,
@@ -255,7 +256,7 @@ def _prefill(t: ServeTerms, p: ServeParams, prompts: Num, stage: Num, filled: Nu
     return (t.prefill_chunks + fill) * stage + prompts * t.prefill_send * np.maximum(fill, 1.0) + p.step_overhead
 
 
-def _decode_step(t: ServeTerms, p: ServeParams, share: Num = 1.0) -> tuple[Num, dict[str, Num]]:
+def _decode_step(t: ServeTerms, p: ServeParams, share: Num = 1.0, admitted: Num = 0.0) -> tuple[Num, dict[str, Num]]:
     """One decode step of ``share`` of the batch the terms were counted at (the weights are read
     whatever the batch; KV reads, FLOPs and all-reduce bytes scale with it), and its parts.
 
@@ -264,15 +265,21 @@ def _decode_step(t: ServeTerms, p: ServeParams, share: Num = 1.0) -> tuple[Num, 
     efficiency, and at thousands of sequences the GEMMs are a prefill's (a lower decode efficiency
     made those 30-50 % too slow; prefill's thin-GEMM penalty, tried on decode too, made TPOT at a
     batch worse). Routed experts stream as dense weights do, plus ``expert_ramp`` per expert slice;
-    their FLOPs run at ``moe_efficiency`` of a dense GEMM's rate."""
+    their FLOPs run at ``moe_efficiency`` of a dense GEMM's rate. ``admitted`` prompts per
+    micro-batch prefilled in the same forward pass (TensorRT-LLM's in-flight batching packs context
+    and generation tokens into one input) add their GEMM and attention FLOPs and all-reduce bytes to
+    the step's, sharing its weight read."""
     bw = t.mem_bw * p.mem_bw
     read = t.weight_bytes / bw + expert_ramp(t.expert_bytes, t.expert_slice, p.expert_latency)
-    flops = t.gemm_flops + t.expert_flops * (1.0 / p.moe_efficiency - 1.0)
-    compute = share * flops / (t.peak * p.gemm)
+    moe = 1.0 / p.moe_efficiency - 1.0
+    flops = (share * (t.gemm_flops + t.expert_flops * moe)
+             + admitted * (t.prefill_gemm_flops + t.prefill_expert_flops * moe))
+    compute = flops / (t.peak * p.gemm)
     gemm = roofline(read, compute, p.ridge_slowdown)
-    attention = share * roofline(t.kv_bytes / (t.mem_bw * p.kv_bw), t.attention_flops / (t.peak_16bit * p.attention),
-                                  p.ridge_slowdown)
-    comm = share * t.comm_bw + t.comm_latency * p.allreduce_latency
+    attention_flops = share * t.attention_flops + admitted * t.prefill_attention_flops
+    attention = roofline(share * t.kv_bytes / (t.mem_bw * p.kv_bw), attention_flops / (t.peak_16bit * p.attention),
+                         p.ridge_slowdown)
+    comm = share * t.comm_bw + admitted * t.prefill_comm_bw + t.comm_latency * p.allreduce_latency
     work = gemm + attention
     exposed = comm - np.minimum(p.tp_overlap * comm, work)
     overhead = p.step_overhead + t.online * p.server_overhead + share * t.batch * (
@@ -332,7 +339,11 @@ def serve_time(t: ServeTerms, p: ServeParams) -> ServeTimes:
     mean_batch = np.where(t.requests > 0, np.minimum(t.batch, t.requests * t.output_len / longest), t.batch)
     share = mean_batch / t.batch
     mean_step, _ = _decode_step(t, p, share)
-    # continuous: every output_len steps each sequence is replaced and its prompt prefilled
+    # continuous: every output_len steps each sequence is replaced and its prompt prefilled; an engine
+    # that mixes them into the decode step pays what they add to it (``_decode_step``'s ``admitted``)
+    admitted = mean_batch / t.output_len
+    mixed = (_decode_step(t, p, share, admitted / t.slots)[0] - mean_step) / admitted
+    per_prompt = np.where((t.mixed > 0) & (t.static <= 0), mixed, per_prompt)
     steady = mean_batch * per_prompt / t.output_len
     tpot_continuous = mean_step + steady
     static_total = prefill_batch + t.output_len * step
@@ -375,26 +386,3 @@ def serve(m: ModelSpec, hw: Hardware, plan: ServePlan, params: ServeParams) -> S
         decode_breakdown=tuple((k, float(v)) for k, v in times.parts.items()),
         kv_read_factor=float(terms.kv_read_factor),
     )
-
-
-def batch_at_slo(m: ModelSpec, hw: Hardware, plan: ServePlan, params: ServeParams,
-                 tpot_limit: float | None = None, ttft_limit: float | None = None) -> int:
-    """Largest batch (up to what fits) whose TPOT and TTFT stay within their limits (None: no
-    limit); 0 when even one sequence misses. Both grow with the batch, so bisection finds it."""
-
-    def ok(batch: int) -> bool:  # serve()'s TPOT and TTFT, without its memory breakdown
-        t = serve_time(serve_terms(m, hw, replace(plan, batch=batch), batch), params)
-        return ((tpot_limit is None or float(t.tpot) <= tpot_limit)
-                and (ttft_limit is None or float(t.ttft) <= ttft_limit))
-
-    cap = max_batch(m, hw, plan)
-    if cap < 1 or not ok(1):
-        return 0
-    lo, hi = 1, cap
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if ok(mid):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo

@@ -28,7 +28,6 @@ from optimizer.perf.serve import (
     serve_terms,
     serve_time,
 )
-from optimizer.perf.serve import batch_at_slo as one_at_a_time
 from optimizer.perf.serve_memory import (
     decode_weight_bytes,
     kv_bytes_per_gpu,
@@ -92,7 +91,7 @@ def _distinct(values: np.ndarray, f: Callable[[Any], float]) -> np.ndarray:
 
 def batch_at_slo(m: ModelSpec, hw: Hardware, plan: ServePlan, params: ServeParams,
                  tpot_limit: float | None = None, ttft_limit: float | None = None) -> int:
-    """``serve.batch_at_slo``: the same bisection over the same batches, every batch's TPOT and
+    """``one_at_a_time``: the same bisection over the same batches, every batch's TPOT and
     TTFT evaluated in one pass of the model (a dense model, up to ``MOST_AT_ONCE`` batches; an MoE
     model's expert reads take a power per batch, so it is bisected one batch at a time)."""
     cap = max_batch(m, hw, plan)
@@ -112,6 +111,30 @@ def batch_at_slo(m: ModelSpec, hw: Hardware, plan: ServePlan, params: ServeParam
     while lo < hi:
         mid = (lo + hi + 1) // 2
         if ok[mid - 1]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def one_at_a_time(m: ModelSpec, hw: Hardware, plan: ServePlan, params: ServeParams,
+                 tpot_limit: float | None = None, ttft_limit: float | None = None) -> int:
+    """Largest batch (up to what fits) whose TPOT and TTFT stay within their limits (None: no
+    limit); 0 when even one sequence misses. Both grow with the batch, so bisection finds it,
+    asking ``perf.serve`` batch by batch (the reference ``batch_at_slo`` is checked against)."""
+
+    def ok(batch: int) -> bool:  # serve()'s TPOT and TTFT, without its memory breakdown
+        t = serve_time(serve_terms(m, hw, replace(plan, batch=batch), batch), params)
+        return ((tpot_limit is None or float(t.tpot) <= tpot_limit)
+                and (ttft_limit is None or float(t.ttft) <= ttft_limit))
+
+    cap = max_batch(m, hw, plan)
+    if cap < 1 or not ok(1):
+        return 0
+    lo, hi = 1, cap
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if ok(mid):
             lo = mid
         else:
             hi = mid - 1
