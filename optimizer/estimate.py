@@ -207,7 +207,7 @@ def estimate_serve(catalog: Catalog, model: str, gpu: str, gpus: int, input_len:
     out: dict[str, Any] = {
         "model": spec.name, "gpu": gpu, "server": server_id, "gpus": gpus, "replicas": replicas,
         "tp": tp, "pp": pp, "attention_dp": attention_dp, "precision": precision, "kv_precision": kv_precision,
-        "engine": engine_id, "offline": offline,
+        "engine": engine_id, "offline": offline, "mixed_batching": plan.mixed_batching,
         "engine_default": engine is None, "extrapolated": list(resolved.extrapolated),
         "input_len": input_len, "output_len": output_len, "fits": r.fits, "max_batch": r.max_batch,
         "batch_per_replica": r.batch, "memory_gb_per_gpu": r.memory_per_gpu / 1e9,
@@ -293,12 +293,14 @@ def gpu_id(catalog: Catalog, text: str) -> str:
 
 def _tpot_text(out: dict[str, Any]) -> str:
     """TPOT as the decode step plus, under continuous batching, each token's share of the prompts
-    prefilled between the steps (the rest of a sequence's time per token). The share is the difference
-    of the two figures as printed, so that the printed sum adds up."""
+    prefilled between the steps or, for an engine that mixes them into the steps (TensorRT-LLM's
+    in-flight batching), what they add to the steps (the rest of a sequence's time per token). The
+    share is the difference of the two figures as printed, so that the printed sum adds up."""
     prefill = round(out["tpot_ms"], 1) - round(out["decode_step_ms"], 1)
     if prefill > max(0.05, 0.01 * out["tpot_ms"]):
         return (f"TPOT {out['tpot_ms']:,.1f} ms = decode step {out['decode_step_ms']:,.1f} + {prefill:,.1f} ms of "
-                f"prompts prefilled between the steps; {_decode_step_text(out)}")
+                f"prompts prefilled {'inside' if out.get('mixed_batching') else 'between'} the steps; "
+                f"{_decode_step_text(out)}")
     return f"TPOT {out['tpot_ms']:,.1f} ms ({_decode_step_text(out)})"
 
 

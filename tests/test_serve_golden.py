@@ -581,4 +581,21 @@ def test_in_flight_batching_prefills_new_prompts_inside_the_decode_step():
     assert separate * 1e3 == pytest.approx(64 / 128 * 128 * per_token * 1e3, rel=0.02)
     big = serve(SEED_70B, H100, replace(plan, batch=2048, mixed_batching=True), SEED)
     assert (big.tpot - big.decode_step) * 1e3 == pytest.approx(2048 / 128 * 128 * per_token * 1e3, rel=0.02)
-    assert big.output_tokens_per_s == pytest.approx(2048 / big.tpot, rel=1e-9)
+    # a step takes in whole prompts: one 2,048-token prompt every fourth step at batch 1 and 4 outputs
+    # makes that step compute-bound (145 ms against 41.8 ms of weights), a quarter of it a step on average
+    long = serve(SEED_70B, H100, replace(plan, batch=1, input_len=2048, output_len=4, mixed_batching=True), SEED)
+    with_prompt = (2048 + 1) * per_token
+    assert (long.tpot - long.decode_step) * 1e3 == pytest.approx((with_prompt - long.decode_step) / 4 * 1e3, rel=0.03)
+
+
+def test_a_prompt_mixed_into_a_decode_step_reads_every_expert_it_touches(catalog):
+    """At batch 1 a decode step of Mixtral 8x7B reads the 2 of 8 experts its token picks; a
+    512-token prompt in the same pass touches them all, so the step reads the whole checkpoint."""
+    from optimizer.perf.serve import _decode_step, serve_terms
+
+    mixtral = catalog.models["mixtral-8x7b"].spec()
+    t = serve_terms(mixtral, H100, ServePlan(tp=1, input_len=512, output_len=32, mixed_batching=True), 1)
+    alone, mixed = (_decode_step(t, SEED, 1.0, n)[1]["weights_read"] for n in (0.0, 1.0))
+    assert alone * 3.35e12 == pytest.approx(t.weight_bytes, rel=1e-9)
+    assert mixed * 3.35e12 == pytest.approx(t.prefill_weight_bytes, rel=1e-9)
+    assert t.prefill_weight_bytes / t.weight_bytes > 2.5  # 8 experts against 2, beside the shared weights

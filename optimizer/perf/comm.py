@@ -16,7 +16,7 @@ from typing import overload
 import numpy as np
 
 from optimizer.perf.params import Num
-from optimizer.perf.specs import Hardware, Link, TrainPlan
+from optimizer.perf.specs import Hardware, Link, ServePlan, TrainPlan
 
 
 def collective_latency(n: int, link: Link) -> float:
@@ -31,6 +31,16 @@ def collective_latency(n: int, link: Link) -> float:
 def tp_link(hw: Hardware, tp: int) -> Link | None:
     """The link a TP group's all-reduces cross inside one node (None without TP)."""
     return hw.group_link(tp) if tp > 1 else None
+
+
+def collectives_per_layer(plan: ServePlan) -> int:
+    """All-reduce equivalents per layer in a TP group. Tensor parallelism all-reduces twice (after
+    attention and after the MLP; Shoeybi et al. 2019, fig. 3). With attention data parallelism
+    each GPU runs attention for its own sequences with the whole attention weights, so only the
+    MoE block communicates: its tokens are all-gathered into the group and the expert outputs
+    reduce-scattered back, one all-reduce's bytes and steps (a ring all-reduce is a reduce-scatter
+    and an all-gather; TensorRT-LLM's DeepSeek-R1 throughput blog, SGLang's DP-attention blog)."""
+    return 1 if plan.attention_dp else 2
 
 
 def tp_allreduce_parts(nbytes: Num, hw: Hardware, tp: int) -> tuple[Num, float]:

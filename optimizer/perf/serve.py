@@ -30,7 +30,7 @@ import numpy as np
 
 from optimizer.perf import model as shape
 from optimizer.perf.burst import burst_prefill_share, burst_ttft, longest_share
-from optimizer.perf.comm import p2p_time, tp_allreduce_parts
+from optimizer.perf.comm import collectives_per_layer, p2p_time, tp_allreduce_parts
 from optimizer.perf.params import Num, ServeParams
 from optimizer.perf.roofline import roofline
 from optimizer.perf.serve_memory import (
@@ -137,16 +137,6 @@ class ServeTimes:
     ttft: Num
     output_tokens_per_s: Num
     parts: dict[str, Num]
-
-
-def collectives_per_layer(plan: ServePlan) -> int:
-    """All-reduce equivalents per layer in a TP group. Tensor parallelism all-reduces twice (after
-    attention and after the MLP; Shoeybi et al. 2019, fig. 3). With attention data parallelism
-    each GPU runs attention for its own sequences with the whole attention weights, so only the
-    MoE block communicates: its tokens are all-gathered into the group and the expert outputs
-    reduce-scattered back, one all-reduce's bytes and steps (a ring all-reduce is a reduce-scatter
-    and an all-gather; TensorRT-LLM's DeepSeek-R1 throughput blog, SGLang's DP-attention blog)."""
-    return 1 if plan.attention_dp else 2
 
 
 def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> ServeTerms:
@@ -265,21 +255,25 @@ def _decode_step(t: ServeTerms, p: ServeParams, share: Num = 1.0, admitted: Num 
     efficiency, and at thousands of sequences the GEMMs are a prefill's (a lower decode efficiency
     made those 30-50 % too slow; prefill's thin-GEMM penalty, tried on decode too, made TPOT at a
     batch worse). Routed experts stream as dense weights do, plus ``expert_ramp`` per expert slice;
-    their FLOPs run at ``moe_efficiency`` of a dense GEMM's rate. ``admitted`` prompts per
-    micro-batch prefilled in the same forward pass (TensorRT-LLM's in-flight batching packs context
-    and generation tokens into one input) add their GEMM and attention FLOPs and all-reduce bytes to
-    the step's, sharing its weight read."""
+    their FLOPs run at ``moe_efficiency`` of a dense GEMM's rate. ``admitted`` whole prompts
+    prefilled in the same forward pass (TensorRT-LLM's in-flight batching packs context and
+    generation tokens into one input; spread over a pipeline's micro-batches) add their GEMM and
+    attention FLOPs (the busiest rank's under attention-DP, as ``_prefill_stage``) and all-reduce
+    bytes to the step's and share its weight read, which then takes in every expert a prompt touches."""
     bw = t.mem_bw * p.mem_bw
-    read = t.weight_bytes / bw + expert_ramp(t.expert_bytes, t.expert_slice, p.expert_latency)
+    touched = np.where(admitted > 0, np.maximum(t.prefill_weight_bytes - t.weight_bytes, 0.0), 0.0)
+    read = (t.weight_bytes + touched) / bw + expert_ramp(t.expert_bytes + touched, t.expert_slice, p.expert_latency)
     moe = 1.0 / p.moe_efficiency - 1.0
-    flops = (share * (t.gemm_flops + t.expert_flops * moe)
-             + admitted * (t.prefill_gemm_flops + t.prefill_expert_flops * moe))
+    prompts = admitted / t.slots  # per micro-batch
+    busiest = t.attention_ranks * np.ceil(admitted / t.attention_ranks) / np.maximum(admitted, 1.0)
+    flops = (share * (t.gemm_flops + t.expert_flops * moe) + prompts * (
+        t.prefill_gemm_flops + (busiest - 1.0) * t.prefill_attention_gemm_flops + t.prefill_expert_flops * moe))
     compute = flops / (t.peak * p.gemm)
     gemm = roofline(read, compute, p.ridge_slowdown)
-    attention_flops = share * t.attention_flops + admitted * t.prefill_attention_flops
+    attention_flops = share * t.attention_flops + prompts * busiest * t.prefill_attention_flops
     attention = roofline(share * t.kv_bytes / (t.mem_bw * p.kv_bw), attention_flops / (t.peak_16bit * p.attention),
                          p.ridge_slowdown)
-    comm = share * t.comm_bw + admitted * t.prefill_comm_bw + t.comm_latency * p.allreduce_latency
+    comm = share * t.comm_bw + prompts * t.prefill_comm_bw + t.comm_latency * p.allreduce_latency
     work = gemm + attention
     exposed = comm - np.minimum(p.tp_overlap * comm, work)
     overhead = p.step_overhead + t.online * p.server_overhead + share * t.batch * (
@@ -305,6 +299,21 @@ def _decode_step(t: ServeTerms, p: ServeParams, share: Num = 1.0, admitted: Num 
 # per step, ``HOST_WORK``, of which ``EXPOSED_HOST`` is the share an overlap scheduler leaves showing)
 EXPOSED_HOST, HOST_WORK = "overhead", "host_work"
 DECODE_SUMMANDS = ("gemm", "attention", "tp_comm", "pp_send", "pp_handoff", "launches", EXPOSED_HOST)
+
+
+def _mixed_prompt(t: ServeTerms, p: ServeParams, share: Num, mean_batch: Num, mean_step: Num) -> tuple[Num, Num]:
+    """What a prompt adds to the decode steps of an engine that prefills inside them
+    (``_decode_step``'s ``admitted``), in a steady stream and in a burst's first wave. A step takes
+    in whole prompts: ``mean_batch / output_len`` on average, so the steps alternate between the
+    whole numbers either side (a roofline is convex: half a prompt a step is not half the cost of
+    one). A burst's first wave takes in as many as the token budget holds."""
+    admitted = mean_batch / t.output_len
+    whole = np.floor(admitted)
+    part = admitted - whole
+    lo, hi = (_decode_step(t, p, share, n)[0] for n in (whole, whole + 1.0))
+    wave = np.maximum(np.floor(t.prefill_budget / t.input_len), 1.0)
+    return (((1.0 - part) * lo + part * hi - mean_step) / admitted,
+            (_decode_step(t, p, share, wave)[0] - mean_step) / wave)
 
 
 def _handoff(t: ServeTerms, p: ServeParams, sequences: Num) -> Num:
@@ -339,16 +348,17 @@ def serve_time(t: ServeTerms, p: ServeParams) -> ServeTimes:
     mean_batch = np.where(t.requests > 0, np.minimum(t.batch, t.requests * t.output_len / longest), t.batch)
     share = mean_batch / t.batch
     mean_step, _ = _decode_step(t, p, share)
-    # continuous: every output_len steps each sequence is replaced and its prompt prefilled; an engine
-    # that mixes them into the decode step pays what they add to it (``_decode_step``'s ``admitted``)
-    admitted = mean_batch / t.output_len
-    mixed = (_decode_step(t, p, share, admitted / t.slots)[0] - mean_step) / admitted
-    per_prompt = np.where((t.mixed > 0) & (t.static <= 0), mixed, per_prompt)
+    # continuous: every output_len steps each sequence is replaced and its prompt prefilled
+    front = per_prompt  # a prompt's cost while a burst's first wave is admitted
+    if np.any(t.mixed > 0):
+        mixed = (t.mixed > 0) & (t.static <= 0)
+        steady_cost, wave_cost = _mixed_prompt(t, p, share, mean_batch, mean_step)
+        per_prompt, front = np.where(mixed, steady_cost, per_prompt), np.where(mixed, wave_cost, front)
     steady = mean_batch * per_prompt / t.output_len
     tpot_continuous = mean_step + steady
     static_total = prefill_batch + t.output_len * step
     # a request's TPOT carries the prompts prefilled while it decodes, the throughput all of them
-    others = burst_prefill_share(t.requests, t.batch, t.input_len, t.output_len, t.prefill_budget, per_prompt,
+    others = burst_prefill_share(t.requests, t.batch, t.input_len, t.output_len, t.prefill_budget, front,
                                  steady, 1.0 - t.variable)
     tpot = np.where(t.static > 0, step, mean_step + others)
     rate = np.where(t.static > 0, t.batch * t.output_len / static_total, mean_batch / tpot_continuous)

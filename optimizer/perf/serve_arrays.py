@@ -18,13 +18,12 @@ from typing import Any
 import numpy as np
 
 from optimizer.perf import model as shape
-from optimizer.perf.comm import p2p_time, tp_allreduce_parts
+from optimizer.perf.comm import collectives_per_layer, p2p_time, tp_allreduce_parts
 from optimizer.perf.params import ServeParams
 from optimizer.perf.serve import (
     PREFILL_BATCH,
     ServeTerms,
     _per_width,
-    collectives_per_layer,
     serve_terms,
     serve_time,
 )

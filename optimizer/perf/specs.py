@@ -351,7 +351,7 @@ class ServePlan:
     # zero-overhead batch scheduler): a step takes the longer of the two, not their sum
     overlap_scheduler: bool = False
     # the engine prefills new prompts inside the decode step's forward pass (TensorRT-LLM's in-flight
-    # batching, vLLM V1's chunked prefill): their GEMMs share the step's weight read
+    # batching): their GEMMs share the step's weight read
     mixed_batching: bool = False
     # attention data-parallel over the TP group: each GPU holds the attention weights whole and the KV
     # cache of its own sequences only; the MLP / experts stay split (TensorRT-LLM enable_attention_dp,
