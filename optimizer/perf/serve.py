@@ -64,6 +64,8 @@ from optimizer.perf.weights import (
     gemm_peak,
     math_precision,
     matmul_params_16bit,
+    prefill_chunks,
+    prefill_per_width,
     rate_weighted_matmul_params,
     routed_matmul_params,
     streamed_weight_bytes,
@@ -152,7 +154,7 @@ def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> Serv
     attended = m.attended(context)
     prompts = batch if plan.batching == "static" else min(batch, PREFILL_BATCH)
     s = plan.input_len
-    chunks = _chunks(plan)
+    chunks = prefill_chunks(plan)
     p_bw, p_lat = tp_allreduce_parts(s * m.hidden * ACT_BYTES, hw, plan.tp)
     collectives = collectives_per_layer(plan)
     read = decode_weight_bytes(m, plan.precision, mb)  # the weights (and experts) one step touches
@@ -185,8 +187,8 @@ def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> Serv
         prefill_prompts=float(prompts), prefill_chunks=float(chunks),
         prefill_gemm_flops=prefill_gemm,
         prefill_expert_flops=2.0 * routed_matmul_params(m) * s / plan.gpus,
-        prefill_gemm_per_width=_per_width(m, plan, s, prompts),
-        prefill_one_gemm_per_width=_per_width(m, plan, s, 1.0),
+        prefill_gemm_per_width=prefill_per_width(m, plan, s, prompts),
+        prefill_one_gemm_per_width=prefill_per_width(m, plan, s, 1.0),
         prefill_attention_flops=prefill_attention,
         attention_ranks=float(plan.tp if plan.attention_dp else 1),
         # read only under attention-DP (``_prefill_stage``)
@@ -201,29 +203,13 @@ def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> Serv
     )
 
 
-def _chunks(plan: ServePlan) -> int:
-    """Micro-batches a prompt is prefilled in (llama.cpp's ``n_ubatch``; 1 for other engines)."""
-    return math.ceil(plan.input_len / plan.prefill_ubatch) if plan.prefill_ubatch else 1
-
-
-def _per_width(m: ModelSpec, plan: ServePlan, tokens: float, prompts: float) -> float:
-    """Σ FLOPs / narrowest side of a prompt's GEMMs on one GPU when ``prompts`` prompts of ``tokens``
-    tokens go through together, in chunks; the LM head takes one row a prompt (``model.prefill_matmul_params``)."""
-    rows = prompts * tokens / _chunks(plan)
-    layers = sum(2.0 * flops / width for flops, width in shape.gemm_shapes(m, plan.tp, 1, rows)) * m.layers
-    head = 2.0 * m.vocab * m.hidden / plan.tp / max(1.0, min(m.hidden, m.vocab / plan.tp, prompts))
-    return (tokens * layers / 2.0 + head) / plan.pp
-
-
 def _prefill_stage(t: ServeTerms, p: ServeParams, prompts: Num, per_width: Num) -> Num:
     """A micro-batch's time on a stage, ``prompts`` prompts prefilled together: GEMMs (slower when
     thin: ``gemm_half_width``) and causal attention against reading the weights (``perf.roofline``);
     TP all-reduces of ``s·h`` values twice per layer. Each of ``m`` micro-batches (llama.cpp's
     ``n_ubatch``, PR #6017) reads the weights again (and dequantises a weight-only format again)."""
     m = t.prefill_chunks
-    # attention-DP: the busiest GPU's share of the prompts' attention over an even split's (1 without it)
-    ranks = t.attention_ranks
-    busiest = ranks * np.ceil(prompts / ranks) / prompts
+    busiest = _busiest(t, prompts)
     gemm = (t.prefill_gemm_flops + (busiest - 1.0) * t.prefill_attention_gemm_flops
             + t.prefill_expert_flops * (1.0 / p.moe_efficiency - 1.0) + p.gemm_half_width * per_width)
     attention = busiest * t.prefill_attention_flops
@@ -232,6 +218,13 @@ def _prefill_stage(t: ServeTerms, p: ServeParams, prompts: Num, per_width: Num) 
             + t.prefill_dequant_bytes / (t.mem_bw * p.mem_bw)
             + prompts * t.prefill_comm_bw / m + t.prefill_comm_latency * p.allreduce_latency
             + _handoff(t, p, prompts))
+
+
+def _busiest(t: ServeTerms, prompts: Num) -> Num:
+    """Attention-DP: the busiest GPU's share of ``prompts`` prompts' attention over an even split's
+    (its ``attention_ranks`` take ceil(prompts / ranks) each; 1 without it)."""
+    ranks = t.attention_ranks
+    return ranks * np.ceil(prompts / ranks) / np.maximum(prompts, 1.0)
 
 
 def _prefill(t: ServeTerms, p: ServeParams, prompts: Num, stage: Num, filled: Num = 1.0) -> Num:
@@ -261,11 +254,11 @@ def _decode_step(t: ServeTerms, p: ServeParams, share: Num = 1.0, admitted: Num 
     attention FLOPs (the busiest rank's under attention-DP, as ``_prefill_stage``) and all-reduce
     bytes to the step's and share its weight read, which then takes in every expert a prompt touches."""
     bw = t.mem_bw * p.mem_bw
-    touched = np.where(admitted > 0, np.maximum(t.prefill_weight_bytes - t.weight_bytes, 0.0), 0.0)
+    touched = np.maximum(t.prefill_weight_bytes - t.weight_bytes, 0.0) * (admitted > 0)  # the rest of the experts
     read = (t.weight_bytes + touched) / bw + expert_ramp(t.expert_bytes + touched, t.expert_slice, p.expert_latency)
     moe = 1.0 / p.moe_efficiency - 1.0
     prompts = admitted / t.slots  # per micro-batch
-    busiest = t.attention_ranks * np.ceil(admitted / t.attention_ranks) / np.maximum(admitted, 1.0)
+    busiest = _busiest(t, admitted)
     flops = (share * (t.gemm_flops + t.expert_flops * moe) + prompts * (
         t.prefill_gemm_flops + (busiest - 1.0) * t.prefill_attention_gemm_flops + t.prefill_expert_flops * moe))
     compute = flops / (t.peak * p.gemm)
@@ -306,14 +299,18 @@ def _mixed_prompt(t: ServeTerms, p: ServeParams, share: Num, mean_batch: Num, me
     (``_decode_step``'s ``admitted``), in a steady stream and in a burst's first wave. A step takes
     in whole prompts: ``mean_batch / output_len`` on average, so the steps alternate between the
     whole numbers either side (a roofline is convex: half a prompt a step is not half the cost of
-    one). A burst's first wave takes in as many as the token budget holds."""
+    one). A burst's first wave takes in as many as the token budget holds (the steady cost where
+    no request comes in a burst: ``burst_prefill_share`` reads it for bursts only)."""
     admitted = mean_batch / t.output_len
     whole = np.floor(admitted)
     part = admitted - whole
-    lo, hi = (_decode_step(t, p, share, n)[0] for n in (whole, whole + 1.0))
+    # below a prompt a step (the planner's usual one-plan call) the lower step is the decode step itself
+    lo = mean_step if np.ndim(whole) == 0 and whole == 0 else _decode_step(t, p, share, whole)[0]
+    steady = ((1.0 - part) * lo + part * _decode_step(t, p, share, whole + 1.0)[0] - mean_step) / admitted
+    if not np.any(t.requests > 0):  # the first wave's cost is read for bursts only
+        return steady, steady
     wave = np.maximum(np.floor(t.prefill_budget / t.input_len), 1.0)
-    return (((1.0 - part) * lo + part * hi - mean_step) / admitted,
-            (_decode_step(t, p, share, wave)[0] - mean_step) / wave)
+    return steady, (_decode_step(t, p, share, wave)[0] - mean_step) / wave
 
 
 def _handoff(t: ServeTerms, p: ServeParams, sequences: Num) -> Num:

@@ -23,7 +23,6 @@ from optimizer.perf.params import ServeParams
 from optimizer.perf.serve import (
     PREFILL_BATCH,
     ServeTerms,
-    _per_width,
     serve_terms,
     serve_time,
 )
@@ -39,6 +38,7 @@ from optimizer.perf.weights import (
     active_matmul_params,
     expert_weight_bytes,
     matmul_params_16bit,
+    prefill_per_width,
     rate_weighted_matmul_params,
     routed_matmul_params,
     streamed_weight_bytes,
@@ -78,7 +78,7 @@ def serve_terms_at(m: ModelSpec, hw: Hardware, plan: ServePlan, batches: np.ndar
         comm_bw=layers * collectives_per_layer(plan) * ar_bw,
         send=p2p_time(mb * m.hidden * ACT_BYTES, link) if plan.pp > 1 else 0.0,
         prefill_prompts=prompts.astype(float),
-        prefill_gemm_per_width=_distinct(prompts, lambda p: _per_width(m, plan, s, p)),
+        prefill_gemm_per_width=_distinct(prompts, lambda p: prefill_per_width(m, plan, s, p)),
     )
 
 
@@ -120,7 +120,8 @@ def one_at_a_time(m: ModelSpec, hw: Hardware, plan: ServePlan, params: ServePara
                  tpot_limit: float | None = None, ttft_limit: float | None = None) -> int:
     """Largest batch (up to what fits) whose TPOT and TTFT stay within their limits (None: no
     limit); 0 when even one sequence misses. Both grow with the batch, so bisection finds it,
-    asking ``perf.serve`` batch by batch (the reference ``batch_at_slo`` is checked against)."""
+    asking ``perf.serve`` batch by batch: the reference that ``batch_at_slo`` is tested against, and
+    its path for MoE models and batches beyond ``MOST_AT_ONCE``."""
 
     def ok(batch: int) -> bool:  # serve()'s TPOT and TTFT, without its memory breakdown
         t = serve_time(serve_terms(m, hw, replace(plan, batch=batch), batch), params)

@@ -6,6 +6,8 @@ multiplies. Pure functions of the frozen specs, like the rest of ``optimizer.per
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from optimizer.perf import model as shape
@@ -172,3 +174,17 @@ def routed_matmul_params(m: ModelSpec) -> float:
     if not m.moe:
         return 0.0
     return m.moe_layers * m.experts_active * m.mlp_matrices * m.hidden * m.expert_ffn_hidden
+
+
+def prefill_chunks(plan: ServePlan) -> int:
+    """Micro-batches a prompt is prefilled in (llama.cpp's ``n_ubatch``; 1 for other engines)."""
+    return math.ceil(plan.input_len / plan.prefill_ubatch) if plan.prefill_ubatch else 1
+
+
+def prefill_per_width(m: ModelSpec, plan: ServePlan, tokens: float, prompts: float) -> float:
+    """Σ FLOPs / narrowest side of a prompt's GEMMs on one GPU when ``prompts`` prompts of ``tokens``
+    tokens go through together, in chunks; the LM head takes one row a prompt (``model.prefill_matmul_params``)."""
+    rows = prompts * tokens / prefill_chunks(plan)
+    layers = sum(2.0 * flops / width for flops, width in shape.gemm_shapes(m, plan.tp, 1, rows)) * m.layers
+    head = 2.0 * m.vocab * m.hidden / plan.tp / max(1.0, min(m.hidden, m.vocab / plan.tp, prompts))
+    return (tokens * layers / 2.0 + head) / plan.pp
