@@ -17,8 +17,8 @@ from scipy.sparse import coo_matrix, csr_matrix
 from optimizer.calibration import fit as fitting
 from optimizer.calibration.agreement import Agreement, agreement
 from optimizer.calibration.data import LATENCY, Comparison, load_aliases, load_sources
-from optimizer.calibration.serving import serving_cases
-from optimizer.calibration.training import training_cases
+from optimizer.calibration.serving import ServingCase, serving_cases
+from optimizer.calibration.training import TrainingCase, training_cases
 from optimizer.catalog import Catalog
 from optimizer.catalog.stacks import efficiency_precision
 from optimizer.parallel import ordered_map
@@ -54,17 +54,17 @@ class Dataset:
         return agreement(keys, [c.source for c in self.cases],
                          {i: rate for i, c in enumerate(self.cases) if (rate := self._rate(c)) is not None})
 
-    def _rate(self, c) -> float | None:
+    def _rate(self, c: TrainingCase | ServingCase) -> float | None:
         """A row's measured throughput over the factor ``predictor`` scales its metric by: serving,
         output tokens/s (a total taken back to its output share); training, the inverse step time."""
-        if self.kind == "training":
+        if isinstance(c, TrainingCase):
             return c.measured / c.scale
         measured = dict(c.measured)
         if "output_tokens_per_s" in measured:
             return measured["output_tokens_per_s"] / c.scale
         if "total_tokens_per_s" in measured:
             t = c.terms
-            return measured["total_tokens_per_s"] * t.output_len / (t.input_len + t.output_len) / c.scale
+            return float(measured["total_tokens_per_s"] * t.output_len / (t.input_len + t.output_len) / c.scale)
         return None
 
     def predictor(self):

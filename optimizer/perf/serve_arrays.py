@@ -104,16 +104,7 @@ def batch_at_slo(m: ModelSpec, hw: Hardware, plan: ServePlan, params: ServeParam
         ok &= np.asarray(t.tpot) <= tpot_limit
     if ttft_limit is not None:
         ok &= np.asarray(t.ttft) <= ttft_limit
-    if not ok[0]:
-        return 0
-    lo, hi = 1, cap
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if ok[mid - 1]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    return _largest(lambda batch: bool(ok[batch - 1]), cap)
 
 
 def one_at_a_time(m: ModelSpec, hw: Hardware, plan: ServePlan, params: ServeParams,
@@ -128,7 +119,12 @@ def one_at_a_time(m: ModelSpec, hw: Hardware, plan: ServePlan, params: ServePara
         return ((tpot_limit is None or float(t.tpot) <= tpot_limit)
                 and (ttft_limit is None or float(t.ttft) <= ttft_limit))
 
-    cap = max_batch(m, hw, plan)
+    return _largest(ok, max_batch(m, hw, plan))
+
+
+def _largest(ok: Callable[[int], bool], cap: int) -> int:
+    """The largest batch in 1..``cap`` that is ``ok``, by bisection (``ok`` holds up to some batch
+    and fails beyond it: TPOT and TTFT grow with the batch); 0 when even one sequence is not."""
     if cap < 1 or not ok(1):
         return 0
     lo, hi = 1, cap
