@@ -299,7 +299,7 @@ def _tpot_text(out: dict[str, Any]) -> str:
     prefill = round(out["tpot_ms"], 1) - round(out["decode_step_ms"], 1)
     if prefill > max(0.05, 0.01 * out["tpot_ms"]):
         return (f"TPOT {out['tpot_ms']:,.1f} ms = decode step {out['decode_step_ms']:,.1f} + {prefill:,.1f} ms of "
-                f"prompts prefilled {'inside' if out.get('mixed_batching') else 'between'} the steps; "
+                f"prompts prefilled {'inside' if out['mixed_batching'] else 'between'} the steps; "
                 f"{_decode_step_text(out)}")
     return f"TPOT {out['tpot_ms']:,.1f} ms ({_decode_step_text(out)})"
 

@@ -223,8 +223,7 @@ def _prefill_stage(t: ServeTerms, p: ServeParams, prompts: Num, per_width: Num) 
 def _busiest(t: ServeTerms, prompts: Num) -> Num:
     """Attention-DP: the busiest GPU's share of ``prompts`` prompts' attention over an even split's
     (its ``attention_ranks`` take ceil(prompts / ranks) each; 1 without it)."""
-    ranks = t.attention_ranks
-    return ranks * np.ceil(prompts / ranks) / np.maximum(prompts, 1.0)
+    return t.attention_ranks * np.ceil(prompts / t.attention_ranks) / np.maximum(prompts, 1.0)
 
 
 def _prefill(t: ServeTerms, p: ServeParams, prompts: Num, stage: Num, filled: Num = 1.0) -> Num:
@@ -253,20 +252,16 @@ def _decode_step(t: ServeTerms, p: ServeParams, share: Num = 1.0, admitted: Num 
     generation tokens into one input; spread over a pipeline's micro-batches) add their GEMM and
     attention FLOPs (the busiest rank's under attention-DP, as ``_prefill_stage``) and all-reduce
     bytes to the step's and share its weight read, which then takes in every expert a prompt touches."""
-    bw = t.mem_bw * p.mem_bw
-    touched = np.maximum(t.prefill_weight_bytes - t.weight_bytes, 0.0) * (admitted > 0)  # the rest of the experts
-    read = (t.weight_bytes + touched) / bw + expert_ramp(t.expert_bytes + touched, t.expert_slice, p.expert_latency)
     moe = 1.0 / p.moe_efficiency - 1.0
-    prompts = admitted / t.slots  # per micro-batch
-    busiest = _busiest(t, admitted)
-    flops = (share * (t.gemm_flops + t.expert_flops * moe) + prompts * (
-        t.prefill_gemm_flops + (busiest - 1.0) * t.prefill_attention_gemm_flops + t.prefill_expert_flops * moe))
-    compute = flops / (t.peak * p.gemm)
+    touched, prompt_flops, prompt_attention, prompt_comm = _admitted(t, admitted, moe)
+    read = ((t.weight_bytes + touched) / (t.mem_bw * p.mem_bw)
+            + expert_ramp(t.expert_bytes + touched, t.expert_slice, p.expert_latency))
+    compute = (share * (t.gemm_flops + t.expert_flops * moe) + prompt_flops) / (t.peak * p.gemm)
     gemm = roofline(read, compute, p.ridge_slowdown)
-    attention_flops = share * t.attention_flops + prompts * busiest * t.prefill_attention_flops
-    attention = roofline(share * t.kv_bytes / (t.mem_bw * p.kv_bw), attention_flops / (t.peak_16bit * p.attention),
+    attention = roofline(share * t.kv_bytes / (t.mem_bw * p.kv_bw),
+                         (share * t.attention_flops + prompt_attention) / (t.peak_16bit * p.attention),
                          p.ridge_slowdown)
-    comm = share * t.comm_bw + prompts * t.prefill_comm_bw + t.comm_latency * p.allreduce_latency
+    comm = share * t.comm_bw + prompt_comm + t.comm_latency * p.allreduce_latency
     work = gemm + attention
     exposed = comm - np.minimum(p.tp_overlap * comm, work)
     overhead = p.step_overhead + t.online * p.server_overhead + share * t.batch * (
@@ -287,6 +282,18 @@ def _decode_step(t: ServeTerms, p: ServeParams, share: Num = 1.0, admitted: Num 
     return step, parts
 
 
+def _admitted(t: ServeTerms, admitted: Num, moe: Num) -> tuple[Num, Num, Num, Num]:
+    """What ``admitted`` prompts prefilled inside a decode step add to it: expert bytes read beyond the
+    step's, GEMM FLOPs (``moe``: routed experts' extra), attention FLOPs, all-reduce seconds."""
+    if isinstance(admitted, float) and admitted == 0.0:  # the usual call (np.float64 is a float too)
+        return 0.0, 0.0, 0.0, 0.0
+    touched = np.maximum(t.prefill_weight_bytes - t.weight_bytes, 0.0) * (admitted > 0)  # the rest of the experts
+    prompts, busiest = admitted / t.slots, _busiest(t, admitted)  # per micro-batch; attention-DP's busiest rank
+    flops = prompts * (t.prefill_gemm_flops + (busiest - 1.0) * t.prefill_attention_gemm_flops
+                       + t.prefill_expert_flops * moe)
+    return touched, flops, prompts * busiest * t.prefill_attention_flops, prompts * t.prefill_comm_bw
+
+
 # the parts of ``_decode_step``'s parts dict that add up to the step (the others are the two sides of
 # the rooflines gemm and attention are: weights and KV cache read, FLOPs; and the host's whole work
 # per step, ``HOST_WORK``, of which ``EXPOSED_HOST`` is the share an overlap scheduler leaves showing)
@@ -295,12 +302,10 @@ DECODE_SUMMANDS = ("gemm", "attention", "tp_comm", "pp_send", "pp_handoff", "lau
 
 
 def _mixed_prompt(t: ServeTerms, p: ServeParams, share: Num, mean_batch: Num, mean_step: Num) -> tuple[Num, Num]:
-    """What a prompt adds to the decode steps of an engine that prefills inside them
-    (``_decode_step``'s ``admitted``), in a steady stream and in a burst's first wave. A step takes
-    in whole prompts: ``mean_batch / output_len`` on average, so the steps alternate between the
-    whole numbers either side (a roofline is convex: half a prompt a step is not half the cost of
-    one). A burst's first wave takes in as many as the token budget holds (the steady cost where
-    no request comes in a burst: ``burst_prefill_share`` reads it for bursts only)."""
+    """What a prompt adds to the decode steps of an engine that prefills inside them (``_admitted``),
+    in a steady stream and in a burst's first wave. A step takes in whole prompts, ``mean_batch /
+    output_len`` on average: the steps alternate between the whole numbers either side (a roofline is
+    convex). A burst's first wave takes in what the token budget holds (read for bursts only)."""
     admitted = mean_batch / t.output_len
     whole = np.floor(admitted)
     part = admitted - whole
