@@ -736,7 +736,7 @@ procurement: {buy: false, rent: true, offers: [aws-capacity-block-h100]}
     r = CliRunner().invoke(main, ["solve", str(path)])
     walls = [line for line in r.output.splitlines() if line.startswith("  - ")]
     assert r.exit_code == 1 and [w.split()[1] for w in walls] == ["GPU", "deadline"], r.output
-    assert "the fastest cluster within every limit takes 83.7 days" in walls[1]
+    assert "the fastest cluster within every limit takes 84.7 days" in walls[1]
 
 
 def test_a_sweep_price_in_usd_buys_a_gpu_no_longer_sold_new_as_solve_does(tmp_path):
