@@ -193,7 +193,7 @@ def test_walls_price_whole_servers():
 
 def test_explain_names_the_same_walls_as_solve(tmp_path):
     """70B on 2T tokens in 2 days for $1M on H100s only (a second's solve): explain lists the walls
-    solve reports, in the same order."""
+    solve reports (budget, global batch, GPU count, deadline), in the same order."""
     text = IMPOSSIBLE.replace("llama3-405b, tokens: 15T", "llama2-70b, tokens: 2T").replace(
         "deadline_days: 7", "deadline_days: 2") + "hardware: {allow_gpus: [h100-sxm], max_gpus: 1024}\n"
     r = _solve(tmp_path, text)
