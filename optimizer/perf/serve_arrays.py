@@ -90,14 +90,15 @@ def _distinct(values: np.ndarray, f: Callable[[Any], float]) -> np.ndarray:
 
 def batch_at_slo(m: ModelSpec, hw: Hardware, plan: ServePlan, params: ServeParams,
                  tpot_limit: float | None = None, ttft_limit: float | None = None) -> int:
-    """``one_at_a_time``: the same bisection over the same batches, every batch's TPOT and
-    TTFT evaluated in one pass of the model (a dense model, up to ``MOST_AT_ONCE`` batches; an MoE
-    model's expert reads take a power per batch, so it is bisected one batch at a time)."""
+    """The largest batch whose TPOT and TTFT stay within their limits, as ``one_at_a_time`` finds
+    it: the same bisection over the same batches, every batch's TPOT and TTFT evaluated in one pass
+    of the model (a dense model, up to ``MOST_AT_ONCE`` batches; an MoE model's expert reads take a
+    power per batch, so it is bisected one batch at a time)."""
     cap = max_batch(m, hw, plan)
     if cap < 1:
         return 0
     if cap > MOST_AT_ONCE or m.moe:  # an MoE model's weights read vary with every batch: bisect instead
-        return one_at_a_time(m, hw, plan, params, tpot_limit, ttft_limit)
+        return one_at_a_time(m, hw, plan, params, tpot_limit, ttft_limit, cap)
     t = serve_time(serve_terms_at(m, hw, plan, np.arange(1, cap + 1)), params)
     ok = np.ones(cap, dtype=bool)
     if tpot_limit is not None:
@@ -108,18 +109,18 @@ def batch_at_slo(m: ModelSpec, hw: Hardware, plan: ServePlan, params: ServeParam
 
 
 def one_at_a_time(m: ModelSpec, hw: Hardware, plan: ServePlan, params: ServeParams,
-                 tpot_limit: float | None = None, ttft_limit: float | None = None) -> int:
-    """Largest batch (up to what fits) whose TPOT and TTFT stay within their limits (None: no
-    limit); 0 when even one sequence misses. Both grow with the batch, so bisection finds it,
-    asking ``perf.serve`` batch by batch: the reference that ``batch_at_slo`` is tested against, and
-    its path for MoE models and batches beyond ``MOST_AT_ONCE``."""
+                  tpot_limit: float | None = None, ttft_limit: float | None = None, cap: int | None = None) -> int:
+    """Largest batch (up to ``cap``, by default what fits) whose TPOT and TTFT stay within their
+    limits (None: no limit); 0 when even one sequence misses. Both grow with the batch, so bisection
+    finds it, asking ``perf.serve`` batch by batch: the reference that ``batch_at_slo`` is tested
+    against, and its path for MoE models and batches beyond ``MOST_AT_ONCE``."""
 
     def ok(batch: int) -> bool:  # serve()'s TPOT and TTFT, without its memory breakdown
         t = serve_time(serve_terms(m, hw, replace(plan, batch=batch), batch), params)
         return ((tpot_limit is None or float(t.tpot) <= tpot_limit)
                 and (ttft_limit is None or float(t.ttft) <= ttft_limit))
 
-    return _largest(ok, max_batch(m, hw, plan))
+    return _largest(ok, max_batch(m, hw, plan) if cap is None else cap)
 
 
 def _largest(ok: Callable[[int], bool], cap: int) -> int:
