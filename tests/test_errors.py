@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -177,10 +178,14 @@ def test_estimate_bad_tokens(tokens):
 
 
 def test_infeasible_deadline_exits_1_with_what_would_help(tmp_path):
-    r = run("solve", write(tmp_path, TINY.replace("deadline_days: 30", "deadline_days: 0.5")))
+    # 32 sequences a step allow at most 32 replicas, 64 GPUs at PP 2: both caps bind whichever plan is fastest
+    tiny = TINY.replace("deadline_days: 30", "deadline_days: 0.5").replace("max_seqs: 256", "max_seqs: 32")
+    r = run("solve", write(tmp_path, tiny))
     assert r.exit_code == 1, r.output
     assert "infeasible" in r.output and "deadline 0.5 days (deadline_days): the fastest cluster" in r.output
-    assert "global batch cap" in r.output and "GPU count 64 (hardware.max_gpus)" in r.output
+    assert "global batch cap 0.1M tokens (32 sequences" in r.output and "GPU count 64 (hardware.max_gpus)" in r.output
+    # the tokens a step needs are printed to a tenth of a million, as the cap is (not "0M")
+    assert re.search(r"0\.5 days needs about \d+\.\dM tokens per step", r.output) and "about 0M" not in r.output
     assert "power cap" not in r.output  # 200 kW is not what binds
 
 

@@ -134,6 +134,12 @@ def hardware_cost(g: Group, gpus: float) -> str:
     return f"${usd:,.0f} of GPUs and servers: {count.gpus:,} GPUs in {count.servers:,} x {g.server}"
 
 
+def _estimated_cost(g: Group, gpus: float) -> str:
+    """``hardware_cost`` of a cluster the deadline would need, an estimate: 'some $X of GPUs and
+    servers: ...', or the offer it would be rented from."""
+    return hardware_cost(g, gpus) if g.rented else f"some {hardware_cost(g, gpus)}"
+
+
 def _scale_walls(problem: Problem, s: MilpSolution, days: float, deadline: float, gpus: int,
                  g: Group) -> list[Wall]:
     """Past the budget and power cap: the global batch cap where the fastest cluster has no room
@@ -160,7 +166,7 @@ def _scale_walls(problem: Problem, s: MilpSolution, days: float, deadline: float
                         days_after=after,
                         text=f"global batch cap {tokens / 1e6:,.1f}M tokens ({job.max_global_batch:,} sequences, "
                              f"workload.global_batch.max_tokens{default}): stops data parallelism at {s.dp:,} replicas "
-                             f"({gpus:,} GPUs); {deadline:,.1f} days needs about {tokens * need / 1e6:,.0f}M tokens "
+                             f"({gpus:,} GPUs); {deadline:,.1f} days needs about {tokens * need / 1e6:,.1f}M tokens "
                              "per step, at some cost in convergence"))
         days = after
     if gpus_bind:
@@ -168,8 +174,8 @@ def _scale_walls(problem: Problem, s: MilpSolution, days: float, deadline: float
                         text=f"GPU count {problem.max_gpus:,} (hardware.max_gpus"
                              f"{', the default' if problem.max_gpus == DEFAULT_MAX_GPUS else ''}): "
                              f"{deadline:,.1f} days needs about "
-                             f"{math.ceil(gpus * need):,} GPUs at the same speed each, some "
-                             f"{hardware_cost(g, gpus * need)}"))
+                             f"{math.ceil(gpus * need):,} GPUs at the same speed each, "
+                             f"{_estimated_cost(g, gpus * need)}"))
     if not out:  # neither cap binds: the site's own limits stop the cluster, or nothing does
         site = _site_limits(problem, g.gpu)
         stops = (f"the site's limits ({', '.join(f'{text} ({key})' for text, key in site)}) stop the fastest "
@@ -177,7 +183,7 @@ def _scale_walls(problem: Problem, s: MilpSolution, days: float, deadline: float
         out.append(Wall(limit="site" if site else "scale", field=", ".join(key for _, key in site),
                         days_before=days, days_after=deadline,
                         text=f"{stops}{deadline:,.1f} days needs {need:,.1f}x the fastest cluster's speed: about "
-                             f"{math.ceil(gpus * need):,} x {g.gpu}, some {hardware_cost(g, gpus * need)}"))
+                             f"{math.ceil(gpus * need):,} x {g.gpu}, {_estimated_cost(g, gpus * need)}"))
     return out
 
 
