@@ -203,6 +203,7 @@ def test_explain_names_the_same_walls_as_solve(tmp_path):
     r = _solve(tmp_path, text)
     walls = [line for line in r.output.splitlines() if line.startswith("  - ")]
     assert r.exit_code == 1 and [w.split()[1] for w in walls] == ["budget", "global", "GPU", "deadline"], r.output
+    assert "at the same speed each, rented from " in walls[2] and "some rented" not in r.output  # min_cost rents
     e = CliRunner().invoke(main, ["explain", str(tmp_path / "typed.yaml")])
     assert e.exit_code == 1 and "\n".join(walls) in e.output, e.output
     # the records behind the lines: each wall starts where the one before it left the job, the
