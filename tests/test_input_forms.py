@@ -192,13 +192,13 @@ def test_walls_price_whole_servers():
 
 
 def test_explain_names_the_same_walls_as_solve(tmp_path):
-    """70B on 2T tokens in 2 days for $1M on H100s only, at most 512 sequences a step (a second's
+    """70B on 2T tokens in 2 days for $1M on H100s only, at most 64 sequences a step (a second's
     solve): explain lists the walls solve reports (budget, global batch, GPU count, deadline), in the
-    same order. 512 sequences are full on 1,024 GPUs whichever layout is fastest, so the batch cap
-    binds however the refit ranks the layouts."""
+    same order. 64 sequences stop data parallelism at 512 GPUs (4 replicas of TP 8 x PP 16), half the
+    1,024 allowed, so lifting the batch cap gains before the GPU count binds."""
     text = IMPOSSIBLE.replace("llama3-405b, tokens: 15T", "llama2-70b, tokens: 2T").replace(
         "deadline_days: 7", "deadline_days: 2").replace(
-        "precision: bf16}", "precision: bf16, global_batch: {max_seqs: 512}}") + \
+        "precision: bf16}", "precision: bf16, global_batch: {max_seqs: 64}}") + \
         "hardware: {allow_gpus: [h100-sxm], max_gpus: 1024}\n"
     r = _solve(tmp_path, text)
     walls = [line for line in r.output.splitlines() if line.startswith("  - ")]
@@ -207,8 +207,7 @@ def test_explain_names_the_same_walls_as_solve(tmp_path):
     e = CliRunner().invoke(main, ["explain", str(tmp_path / "typed.yaml")])
     assert e.exit_code == 1 and "\n".join(walls) in e.output, e.output
     # the records behind the lines: each wall starts where the one before it left the job, the
-    # days never rise (the batch cap and the GPU count bind at the same 1,024 GPUs here, so lifting
-    # the cap alone gains nothing), and lifting all of them reaches the deadline
+    # days only fall, and lifting all of them reaches the deadline
     from optimizer.catalog import load_catalog
     from optimizer.problem import load_priced
     from optimizer.recommend import deadline_walls, plan_table, repairs
@@ -220,7 +219,7 @@ def test_explain_names_the_same_walls_as_solve(tmp_path):
     assert found[0].days_before == pytest.approx(late.needed / 86400)
     lifted = found[:-1]  # the limits lifted in turn; the last record is the deadline itself
     for a, b in zip(lifted[:-1], lifted[1:], strict=True):
-        assert a.days_after == pytest.approx(b.days_before) and a.days_after <= a.days_before
+        assert a.days_after == pytest.approx(b.days_before) and a.days_after < a.days_before
     assert lifted[-1].days_after == pytest.approx(2.0) and found[0].field == "budget.usd"
     assert found[0].days_after < found[0].days_before  # the budget's wall is the one that gains
 
