@@ -144,7 +144,7 @@ def test_a_model_spelled_out_in_a_problem_is_checked_and_built_as_a_preset(catal
     in a problem file, gives the same ModelSpec; the shape's checks apply to both."""
     from pydantic import ValidationError
 
-    from optimizer.catalog.records import ModelShape
+    from optimizer.catalog.model_records import ModelShape
     from optimizer.problem.schema import InlineModel
 
     for preset in catalog.models.values():

@@ -34,6 +34,23 @@ CONFIGS = {
                     "num_experts_per_tok": 8, "first_k_dense_replace": 3, "q_lora_rank": 1536, "kv_lora_rank": 512,
                     "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128, "tie_word_embeddings": False,
                     "vocab_size": 129280},
+    "qwen3-next-80b-a3b": {"model_type": "qwen3_next", "hidden_act": "silu", "hidden_size": 2048,
+                           "intermediate_size": 5120, "moe_intermediate_size": 512,
+                           "shared_expert_intermediate_size": 512, "max_position_embeddings": 262144,
+                           "num_attention_heads": 16, "num_hidden_layers": 48, "num_key_value_heads": 2,
+                           "head_dim": 256, "num_experts": 512, "num_experts_per_tok": 10, "mlp_only_layers": [],
+                           "full_attention_interval": 4, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128,
+                           "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_value_head_dim": 128,
+                           "tie_word_embeddings": False, "vocab_size": 151936},
+    # Qwen3.5's MoE config: a multimodal wrapper whose text model lists its layer types and has no dense MLP width
+    "qwen3.5-35b-a3b": {"model_type": "qwen3_5_moe", "text_config": {
+        "model_type": "qwen3_5_moe_text", "hidden_act": "silu", "hidden_size": 2048, "moe_intermediate_size": 512,
+        "shared_expert_intermediate_size": 512, "max_position_embeddings": 262144, "num_attention_heads": 16,
+        "num_hidden_layers": 40, "num_key_value_heads": 2, "head_dim": 256, "num_experts": 256,
+        "num_experts_per_tok": 8, "layer_types": ["linear_attention"] * 3 * 10 + ["full_attention"] * 10,
+        "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_num_key_heads": 16,
+        "linear_num_value_heads": 32, "linear_value_head_dim": 128, "attn_output_gate": True,
+        "tie_word_embeddings": False, "vocab_size": 248320}},
     "gemma3-27b": {"model_type": "gemma3", "text_config": {
         "model_type": "gemma3_text", "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 5376,
         "intermediate_size": 21504, "max_position_embeddings": 131072, "num_attention_heads": 32,

@@ -120,7 +120,8 @@ SERVE_PLANS = [dict(tp=1, pp=1), dict(tp=2, pp=1, precision="fp8", kv_precision=
                dict(tp=1, pp=1, precision="mxfp4", gpu="b200"), dict(tp=2, pp=1, precision="nvfp4", gpu="b200")]
 
 
-@pytest.mark.parametrize("model", ["llama3.1-8b", "llama2-70b", "qwen3-30b-a3b", "gpt-oss-120b"])
+@pytest.mark.parametrize("model", ["llama3.1-8b", "llama2-70b", "qwen3-30b-a3b", "gpt-oss-120b", "qwen3.5-9b",
+                                   "qwen3.5-35b-a3b"])
 @pytest.mark.parametrize("fields_", SERVE_PLANS, ids=lambda f: "-".join(f"{k}{v}" for k, v in f.items()))
 def test_serve_terms_over_batches_are_the_scalar_models_to_the_bit(catalog, model, fields_):
     from optimizer.perf.serve import ServePlan, serve_terms

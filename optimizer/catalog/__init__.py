@@ -17,6 +17,7 @@ from typing import Literal, Protocol, TypeVar, overload
 from optimizer.catalog.efficiency_table import Ceiling
 from optimizer.catalog.files import CloudFile, GpuFile, ModelFile, NetworkFile, RegionFile, ServerFile, UncertaintyFile
 from optimizer.catalog.matmul import achievable_shares
+from optimizer.catalog.model_records import ModelPreset
 from optimizer.catalog.offers import Offer
 from optimizer.catalog.prices import PRICED, PricedEntry, priced_item, with_price, with_used_prices
 from optimizer.catalog.records import (  # re-exported: the records are part of the catalog's surface
@@ -37,7 +38,6 @@ from optimizer.catalog.records import (  # re-exported: the records are part of 
     Gpu,
     GpuFamily,
     LinkType,
-    ModelPreset,
     Nic,
     Price,
     Pue,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pydantic import ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from optimizer.catalog.model_records import ModelPreset
 from optimizer.catalog.offers import Offer
 from optimizer.catalog.records import (
     Bands,
@@ -13,7 +14,6 @@ from optimizer.catalog.records import (
     Fabric,
     Gpu,
     LinkType,
-    ModelPreset,
     Nic,
     Record,
     Region,

@@ -27,10 +27,80 @@ def attention_params(m: ModelSpec) -> int:
         kv = h * (m.kv_lora_rank + m.qk_rope_dim) + m.kv_lora_rank + m.kv_lora_rank * m.heads * (
             m.qk_nope_dim + m.v_head_dim)
         return q + kv + m.heads * m.v_head_dim * h
-    weights = 2 * h * m.q_hidden + 2 * h * m.kv_hidden
+    weights = (3 if m.attn_output_gate else 2) * h * m.q_hidden + 2 * h * m.kv_hidden
     if m.gpt_block:
         return weights + m.q_hidden + 2 * m.kv_hidden + h
     return weights
+
+
+# Gated DeltaNet's short causal convolution over Q, K and V (``linear_conv_kernel_dim`` 4 in every
+# Qwen3-Next and Qwen3.5 config): its weights, and the last kernel - 1 inputs a sequence keeps
+LINEAR_CONV_KERNEL = 4
+
+
+def linear_widths(m: ModelSpec) -> tuple[int, int]:
+    """Per-token widths of a Gated DeltaNet layer's keys (and queries) and values:
+    key heads × head size, value heads × head size."""
+    return m.linear_key_heads * m.linear_head_dim, m.linear_value_heads * m.linear_head_dim
+
+
+def linear_attention_params(m: ModelSpec) -> int:
+    """One Gated DeltaNet layer's token mixer (Yang et al. 2024, arXiv 2412.06464; Qwen3-Next's
+    ``Qwen3NextGatedDeltaNet``): an input projection to Q, K, V and the output gate Z, one to the
+    per-head decay and write strength (a, b), the causal convolution over Q, K and V, the output
+    projection, and per value head a decay rate and bias, with the gated norm's weight."""
+    h, (key, value) = m.hidden, linear_widths(m)
+    projections = h * (2 * key + 2 * value) + h * 2 * m.linear_value_heads + value * h
+    conv = (2 * key + value) * LINEAR_CONV_KERNEL
+    return projections + conv + 2 * m.linear_value_heads + m.linear_head_dim
+
+
+def linear_matmul_params(m: ModelSpec) -> int:
+    """The weights of ``linear_attention_params`` a token multiplies by (its projections)."""
+    h, (key, value) = m.hidden, linear_widths(m)
+    return h * (2 * key + 2 * value) + h * 2 * m.linear_value_heads + value * h
+
+
+def mixer_params(m: ModelSpec) -> int:
+    """All layers' token mixers: softmax attention on the full-attention layers, Gated DeltaNet on
+    the linear ones."""
+    full = m.layers - m.linear_layers
+    return full * attention_params(m) + (m.linear_layers * linear_attention_params(m) if m.linear_layers else 0)
+
+
+def mixer_params_per_layer(m: ModelSpec) -> float:
+    """``mixer_params`` of the average layer (``attention_params`` itself without linear layers)."""
+    return mixer_params(m) / m.layers if m.linear_layers else attention_params(m)
+
+
+def linear_state_values(m: ModelSpec) -> int:
+    """Values of recurrent state one sequence keeps in one Gated DeltaNet layer, whatever its
+    length: a head_dim × head_dim matrix per value head, and the convolution's last kernel − 1
+    inputs of Q, K and V (vLLM's ``MambaStateShapeCalculator.gated_delta_net_state_shape``)."""
+    key, value = linear_widths(m)
+    return m.linear_value_heads * m.linear_head_dim ** 2 + (2 * key + value) * (LINEAR_CONV_KERNEL - 1)
+
+
+def linear_attention_flops_per_token(m: ModelSpec) -> float:
+    """Forward FLOPs of the gated delta rule for one token in one linear layer, beyond its
+    projections: per value head, ``S ← αS(I − β·k·kᵀ) + β·v·kᵀ`` and ``o = S·q`` (Yang et al. 2024,
+    eq. 10) read and update a head_dim² state in two matrix-vector products, an outer product and a
+    scaling, about 8 FLOPs per state value; the chunked form a prompt is computed in does about as
+    many per token."""
+    return 8.0 * m.linear_value_heads * m.linear_head_dim ** 2
+
+
+def mixing_flops_per_token(m: ModelSpec, attended: float, decode: bool = False) -> float:
+    """Forward FLOPs of every layer's token mixing for one token: scores and context over
+    ``attended`` tokens (``ModelSpec.attended``; at a decode step, as ``decode_attention_flops_per_token_layer``
+    counts them), and the linear layers' delta rule (``linear_flops_per_token``)."""
+    per_layer = (decode_attention_flops_per_token_layer if decode else attention_flops_per_token_layer)(m, attended)
+    return per_layer * m.layers + linear_flops_per_token(m)
+
+
+def linear_flops_per_token(m: ModelSpec) -> float:
+    """``linear_attention_flops_per_token`` over all the linear layers (0 without them)."""
+    return linear_attention_flops_per_token(m) * m.linear_layers if m.linear_layers else 0.0
 
 
 def _mlp(m: ModelSpec, width: int) -> int:
@@ -67,8 +137,7 @@ def layer_params(m: ModelSpec) -> int:
 def transformer_params(m: ModelSpec, active: bool = False) -> int:
     """All layers' parameters (or, for MoE, those one token uses)."""
     dense = m.layers - m.moe_layers
-    per_layer = attention_params(m) + norm_params(m)
-    return (m.layers * per_layer + dense * mlp_params(m)
+    return (mixer_params(m) + m.layers * norm_params(m) + dense * mlp_params(m)
             + (m.moe_layers * moe_params(m, active) if m.moe else 0))
 
 
@@ -109,12 +178,13 @@ def matmul_params_per_layer(m: ModelSpec) -> int:
     if m.mla:
         attn = attention_params(m) - m.q_lora_rank - m.kv_lora_rank
     else:
-        attn = 2 * m.hidden * m.q_hidden + 2 * m.hidden * m.kv_hidden
+        attn = (3 if m.attn_output_gate else 2) * m.hidden * m.q_hidden + 2 * m.hidden * m.kv_hidden
     width = m.mlp_matrices
     dense_mlp = width * m.hidden * m.ffn_hidden
     moe_mlp = ((m.experts_active + m.shared_experts) * width * m.hidden * m.expert_ffn_hidden
                + m.hidden * m.experts) if m.moe else 0
-    total = m.layers * attn + (m.layers - m.moe_layers) * dense_mlp + m.moe_layers * moe_mlp
+    mixers = (m.layers - m.linear_layers) * attn + m.linear_layers * linear_matmul_params(m)
+    total = mixers + (m.layers - m.moe_layers) * dense_mlp + m.moe_layers * moe_mlp
     return round(total / m.layers)
 
 
@@ -128,8 +198,15 @@ def gemm_shapes(m: ModelSpec, tp: int, ep: int, rows: float) -> list[tuple[float
     sees only ``rows·k·ep/E`` of the tokens (its share, gathered over expert parallelism).
     """
     h = m.hidden
-    qkv = m.q_hidden + 2 * m.kv_hidden
-    out = [(2.0 * h * qkv / tp, min(h, qkv / tp, rows)), (2.0 * h * m.q_hidden / tp, min(h, m.q_hidden / tp, rows))]
+    qkv = (2 if m.attn_output_gate else 1) * m.q_hidden + 2 * m.kv_hidden
+    full = (m.layers - m.linear_layers) / m.layers
+    out = [(full * 2.0 * h * qkv / tp, min(h, qkv / tp, rows)),
+           (full * 2.0 * h * m.q_hidden / tp, min(h, m.q_hidden / tp, rows))]
+    if m.linear_layers:
+        linear, (key, value) = m.linear_layers / m.layers, linear_widths(m)
+        projected = 2 * key + 2 * value + 2 * m.linear_value_heads
+        out += [(linear * 2.0 * h * projected / tp, min(h, projected / tp, rows)),
+                (linear * 2.0 * h * value / tp, min(h, value / tp, rows))]
     mats = m.mlp_matrices
     dense = (m.layers - m.moe_layers) / m.layers
     if dense:
@@ -193,12 +270,13 @@ def model_flops_per_token(m: ModelSpec, seq_len: int | None = None) -> float:
     6·(matmul params of all layers) + attention scores and context 12·s·h·L
     + the LM head 6·V·h. For a GPT shape this is Narayanan et al. eq. 3 divided by B·s. Layers with
     a sliding window attend to at most its length (``ModelSpec.attended``): the model itself never
-    computes the rest, so MFU does not count it (Gemma 3, gpt-oss, Llama 4).
+    computes the rest, so MFU does not count it (Gemma 3, gpt-oss, Llama 4); linear-attention layers
+    count their gated delta rule instead (``linear_flops_per_token``).
     """
     s = seq_len or m.seq_len
     return (
         6.0 * matmul_params_per_layer(m) * m.layers
-        + 3.0 * attention_flops_per_token_layer(m, m.attended(s)) * m.layers
+        + 3.0 * (attention_flops_per_token_layer(m, m.attended(s)) * m.layers + linear_flops_per_token(m))
         + 6.0 * m.vocab * m.hidden
     )
 

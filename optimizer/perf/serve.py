@@ -35,9 +35,9 @@ from optimizer.perf.params import Num, ServeParams
 from optimizer.perf.roofline import roofline
 from optimizer.perf.serve_memory import (
     TOKEN_BUDGET,
+    decode_cache_bytes,
     decode_weight_bytes,
     dequant_bytes,
-    kv_bytes_per_gpu,
     kv_bytes_per_token,
     max_batch,
     replicated_attention_bytes,
@@ -166,7 +166,7 @@ def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> Serv
     prefill_gemm = 2.0 * rate_weighted_matmul_params(dev, plan, shape.prefill_matmul_params(m, s),
                                                      p16 + (s - 1.0) * (p16 - head)) / plan.gpus
     # causal attention over the prompt: a token attends to s/2 others on average (2·s²·h per layer)
-    prefill_attention = s * shape.attention_flops_per_token_layer(m, m.attended(s / 2.0)) * m.layers / plan.gpus
+    prefill_attention = s * shape.mixing_flops_per_token(m, m.attended(s / 2.0)) / plan.gpus
     return ServeTerms(
         batch=float(batch), input_len=float(plan.input_len), output_len=float(plan.output_len),
         static=1.0 if plan.batching == "static" else 0.0, requests=float(plan.requests),
@@ -177,11 +177,11 @@ def serve_terms(m: ModelSpec, hw: Hardware, plan: ServePlan, batch: int) -> Serv
         expert_bytes=(read - streamed_weight_bytes(m, plan.precision)
                       + expert_weight_bytes(m, plan.precision)) / plan.gpus if m.moe else 0.0,
         expert_slice=expert_slice_bytes(m, plan),
-        kv_bytes=mb * kv_bytes_per_gpu(m, plan, context) * unshared, kv_read_factor=unshared,
+        kv_bytes=mb * decode_cache_bytes(m, plan, context, unshared), kv_read_factor=unshared,
         overlap=1.0 if plan.overlap_scheduler else 0.0, mixed=1.0 if plan.mixed_batching else 0.0,
         gemm_flops=mb * 2.0 * rate_weighted_matmul_params(dev, plan, active_matmul_params(m), p16) / plan.gpus,
         expert_flops=mb * 2.0 * routed_matmul_params(m) / plan.gpus,
-        attention_flops=mb * shape.decode_attention_flops_per_token_layer(m, attended) * m.layers / plan.gpus,
+        attention_flops=mb * shape.mixing_flops_per_token(m, attended, decode=True) / plan.gpus,
         comm_bw=layers * collectives * ar_bw, comm_latency=layers * collectives * ar_lat,
         send=p2p_time(mb * m.hidden * ACT_BYTES, link) if plan.pp > 1 else 0.0,
         prefill_prompts=float(prompts), prefill_chunks=float(chunks),

@@ -27,8 +27,8 @@ from optimizer.perf.serve import (
     serve_time,
 )
 from optimizer.perf.serve_memory import (
+    decode_cache_bytes,
     decode_weight_bytes,
-    kv_bytes_per_gpu,
     max_batch,
     replicated_attention_bytes,
     unshared_kv_factor,
@@ -69,12 +69,11 @@ def serve_terms_at(m: ModelSpec, hw: Hardware, plan: ServePlan, batches: np.ndar
         one, batch=b.astype(float), slots=np.maximum(micro, plan.pp).astype(float),
         weight_bytes=read / plan.gpus + replicated_attention_bytes(m, plan),
         expert_bytes=experts if m.moe else 0.0,
-        kv_bytes=mb * kv_bytes_per_gpu(m, plan, context) * unshared, kv_read_factor=unshared,
+        kv_bytes=mb * decode_cache_bytes(m, plan, context, unshared), kv_read_factor=unshared,
         gemm_flops=mb * 2.0 * rate_weighted_matmul_params(hw.device, plan, active_matmul_params(m),
                                                           matmul_params_16bit(m, plan.precision)) / plan.gpus,
         expert_flops=mb * 2.0 * routed_matmul_params(m) / plan.gpus,
-        attention_flops=mb * shape.decode_attention_flops_per_token_layer(m, m.attended(context)) * m.layers
-        / plan.gpus,
+        attention_flops=mb * shape.mixing_flops_per_token(m, m.attended(context), decode=True) / plan.gpus,
         comm_bw=layers * collectives_per_layer(plan) * ar_bw,
         send=p2p_time(mb * m.hidden * ACT_BYTES, link) if plan.pp > 1 else 0.0,
         prefill_prompts=prompts.astype(float),

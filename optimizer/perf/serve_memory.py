@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 from optimizer.perf import model as shape
+from optimizer.perf.params import Num
 from optimizer.perf.specs import ACT_BYTES, BYTES, FORMATS, Hardware, ModelSpec, ServePlan
 from optimizer.perf.weights import (
     attention_bytes_per_param,
@@ -23,7 +24,27 @@ def kv_bytes_per_token(m: ModelSpec, kv_precision: str = "fp16") -> float:
     Multi-head latent attention caches one compressed vector (kv_lora_rank + rotary key) per layer."""
     if m.mla:
         return m.layers * (m.kv_lora_rank + m.qk_rope_dim) * BYTES[kv_precision]
-    return 2.0 * m.layers * m.kv_heads * m.head_dim * BYTES[kv_precision]
+    return 2.0 * (m.layers - m.linear_layers) * m.kv_heads * m.head_dim * BYTES[kv_precision]
+
+
+def state_bytes_per_gpu(m: ModelSpec, plan: ServePlan) -> float:
+    """The recurrent state one sequence keeps in the linear-attention layers (``model.linear_state_values``)
+    on one GPU, averaged over the replica's: TP splits the heads, PP the layers, attention data
+    parallelism keeps a sequence's on one GPU of the group. vLLM holds it at the model's 16-bit dtype
+    unless told otherwise (``MambaStateDtypeCalculator.gated_delta_net_state_dtype``: the cache
+    dtype, 'auto' resolving to the model's); 0 for a model without linear layers."""
+    if not m.linear_layers:
+        return 0.0
+    layers = math.ceil(m.layers / plan.pp) * m.linear_layers / m.layers
+    return layers * shape.linear_state_values(m) * ACT_BYTES / plan.tp
+
+
+def decode_cache_bytes(m: ModelSpec, plan: ServePlan, context: float, unshared: Num) -> Num:
+    """Bytes one decode step moves for one sequence's cache on one GPU: its KV cache read
+    ``unshared`` times (``unshared_kv_factor``), and a linear layer's recurrent state read and
+    written back (Gated DeltaNet updates it in place every token)."""
+    state = state_bytes_per_gpu(m, plan)
+    return (kv_bytes_per_gpu(m, plan, context) - state) * unshared + 2.0 * state
 
 
 # vLLM's switch between its PagedAttention kernels (vllm/attention/ops/paged_attn.py, v0.2-0.6; TGI's
@@ -66,9 +87,10 @@ def kv_bytes_per_gpu(m: ModelSpec, plan: ServePlan, context: float) -> float:
     """KV cache of one sequence at ``context`` tokens on one GPU, averaged over the replica's GPUs.
     TP splits the KV heads (a head is replicated when TP exceeds kv_heads; MLA's latent vector is
     replicated on every TP rank); PP splits layers; windowed layers keep at most their window (vLLM's
-    hybrid allocator). With attention data parallelism a sequence's whole cache lives on one GPU of
-    the group, so each holds 1/tp of the sequences and nothing is replicated (the point of DP
-    attention for MLA: SGLang's DeepSeek blog, 2024; TensorRT-LLM's DeepSeek-R1 throughput guide)."""
+    hybrid allocator), linear-attention layers a fixed state (``state_bytes_per_gpu``). With attention
+    data parallelism a sequence's whole cache lives on one GPU of the group, so each holds 1/tp of the
+    sequences and nothing is replicated (the point of DP attention for MLA: SGLang's DeepSeek blog,
+    2024; TensorRT-LLM's DeepSeek-R1 throughput guide)."""
     layers = math.ceil(m.layers / plan.pp)
     kv_heads = m.kv_heads if plan.attention_dp else math.ceil(m.kv_heads / plan.tp)
     if m.mla:
@@ -76,7 +98,7 @@ def kv_bytes_per_gpu(m: ModelSpec, plan: ServePlan, context: float) -> float:
     else:
         per_layer = 2.0 * kv_heads * m.head_dim * BYTES[plan.kv_precision]
     share = 1.0 / plan.tp if plan.attention_dp else 1.0
-    return layers * per_layer * m.attended(context) * share
+    return layers * per_layer * m.attended(context) * share + state_bytes_per_gpu(m, plan)
 
 
 def replicated_attention_bytes(m: ModelSpec, plan: ServePlan) -> float:
@@ -84,7 +106,8 @@ def replicated_attention_bytes(m: ModelSpec, plan: ServePlan) -> float:
     TP group keeps its stages' attention weights whole instead of 1/tp of them (0 without it)."""
     if not plan.attention_dp or plan.tp == 1:
         return 0.0
-    whole = shape.attention_params(m) * math.ceil(m.layers / plan.pp) * attention_bytes_per_param(m, plan.precision)
+    layers = math.ceil(m.layers / plan.pp)
+    whole = shape.mixer_params_per_layer(m) * layers * attention_bytes_per_param(m, plan.precision)
     return whole * (1.0 - 1.0 / plan.tp)
 
 

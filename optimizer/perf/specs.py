@@ -83,6 +83,15 @@ class ModelSpec:
     tie_embeddings: bool | None = None  # None: tied for GPT (gelu) blocks, untied for Llama (swiglu)
     sliding_window: int = 0  # tokens a windowed layer attends to (0: no windowed layers)
     sliding_layers: int = 0  # how many of the layers are windowed
+    # hybrid linear attention (Qwen3-Next, Qwen3.5): ``linear_layers`` of the layers mix tokens with
+    # Gated DeltaNet (Yang et al. 2024, arXiv 2412.06464) instead of softmax attention, keeping a fixed
+    # recurrent state per sequence instead of a KV cache; the others attend in full, their Q projection
+    # also computing a sigmoid gate on the attention output where ``attn_output_gate``
+    linear_layers: int = 0
+    linear_key_heads: int = 0
+    linear_value_heads: int = 0
+    linear_head_dim: int = 0  # key and value head size (128 in every Qwen3-Next and Qwen3.5 config)
+    attn_output_gate: bool = False
 
     @property
     def gpt_block(self) -> bool:
@@ -134,11 +143,13 @@ class ModelSpec:
 
     def attended(self, context: float) -> float:
         """Tokens a query attends to, averaged over layers, at a context of ``context`` tokens: windowed
-        layers see at most ``sliding_window`` of them (Beltagy et al. 2020; Mistral 7B, gpt-oss, Gemma 3)."""
+        layers see at most ``sliding_window`` of them (Beltagy et al. 2020; Mistral 7B, gpt-oss, Gemma 3).
+        Linear-attention layers attend to no cached token (their state is ``model.linear_state_values``)."""
+        full = self.layers - self.sliding_layers - self.linear_layers
         if not self.sliding_layers or not self.sliding_window:
-            return context
+            return context * full / self.layers if self.linear_layers else context
         local = min(context, self.sliding_window)
-        return (self.sliding_layers * local + (self.layers - self.sliding_layers) * context) / self.layers
+        return (self.sliding_layers * local + full * context) / self.layers
 
 
 @dataclass(frozen=True)

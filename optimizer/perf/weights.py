@@ -159,7 +159,7 @@ def attention_gemm_flops(dev: Device, plan: ServePlan, m: ModelSpec, tokens: flo
     """FLOPs of ``tokens`` tokens through every layer's attention projections (QKV and O), at the
     rate of the plan's GEMMs as ``rate_weighted_matmul_params`` counts them (16-bit where only the
     experts are quantised, as gpt-oss's)."""
-    params = tokens * shape.attention_params(m) * m.layers
+    params = tokens * shape.mixer_params_per_layer(m) * m.layers
     return 2.0 * rate_weighted_matmul_params(dev, plan, params, params if _experts_only(m, plan.precision) else 0.0)
 
 

@@ -4,9 +4,10 @@ model needs (``InlineModel``).
 
 Covered: decoder-only transformers with a dense MLP (GPT-2's 4h GELU, or the gated SwiGLU / GeGLU
 of Llama, Mistral, Qwen2/3, Gemma 1-3, Phi-3, OLMo, Granite, InternLM2), mixtures of experts
-(Mixtral, Qwen2-MoE / Qwen3-MoE, DeepSeek-V2/V3 with multi-head latent attention) and the text
-model of a multimodal config (``text_config``). ``seq_len`` is the config's
-``max_position_embeddings``: a training workload sets its own (``workload.seq_len``).
+(Mixtral, Qwen2-MoE / Qwen3-MoE, DeepSeek-V2/V3 with multi-head latent attention), hybrids of
+linear and full attention (Qwen3-Next, Qwen3.5) and the text model of a multimodal config
+(``text_config``). ``seq_len`` is the config's ``max_position_embeddings``: a training workload
+sets its own (``workload.seq_len``).
 Anything else is refused with the architecture named, never guessed.
 """
 
@@ -22,6 +23,8 @@ GATED = ("silu", "swish", "gelu_pytorch_tanh", "gelu_new", "gelu")  # gated MLPs
 DENSE = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3", "olmo", "olmo2", "granite",
          "internlm2")
 MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3")
+# hybrid Gated DeltaNet + gated full attention, dense or MoE (Qwen3-Next, Qwen3.5)
+HYBRID = ("qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")
 
 
 def is_hf_config(ref: str, base: Path) -> Path | None:
@@ -49,10 +52,12 @@ def read_hf_config(file: Path) -> dict[str, Any]:
             return _gpt2(cfg)
         if kind in DENSE or kind in MOE:
             return {**_decoder(cfg, file, kind), **_experts(cfg, kind)}
+        if kind in HYBRID:
+            return _hybrid(cfg, file, kind)
     except KeyError as exc:
         raise ProblemError(f"{file}: model_type '{kind}' lacks the key {exc}. To fix: use the model's own "
                            "config.json, or spell the shape out in the problem file.") from None
-    covered = ", ".join(("gpt2",) + DENSE + MOE)
+    covered = ", ".join(("gpt2",) + DENSE + MOE + HYBRID)
     raise ProblemError(f"{file}: architecture '{kind or 'unknown'}' (model_type) is not one the performance model "
                        f"covers ({covered}). To fix: spell the shape out in the problem file (layers, hidden, heads, "
                        "kv_heads, ffn_hidden, vocab, seq_len, mlp) or use a preset.")
@@ -104,3 +109,24 @@ def _experts(cfg: dict[str, Any], kind: str) -> dict[str, Any]:
                 "qk_rope_dim": int(cfg["qk_rope_head_dim"]), "qk_nope_dim": int(cfg["qk_nope_head_dim"]),
                 "v_head_dim": int(cfg["v_head_dim"])}
     return {}
+
+
+def _hybrid(cfg: dict[str, Any], file: Path, kind: str) -> dict[str, Any]:
+    """Qwen3-Next and Qwen3.5: ``layer_types`` (or every ``full_attention_interval``-th layer) attends
+    in full, the rest are Gated DeltaNet layers; MoE variants route as Qwen3-MoE does."""
+    experts = _experts(cfg, "qwen3_moe") if cfg.get("num_experts") else {}
+    ffn = cfg.get("intermediate_size") or cfg.get("moe_intermediate_size")
+    out = _decoder({**cfg, "intermediate_size": ffn}, file, kind)
+    if int(cfg["linear_value_head_dim"]) != int(cfg["linear_key_head_dim"]):
+        raise ProblemError(f"{file}: linear_key_head_dim {cfg['linear_key_head_dim']} and linear_value_head_dim "
+                           f"{cfg['linear_value_head_dim']} differ; the performance model takes one head size for "
+                           "both. To fix: spell the shape out in the problem file.")
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and types:
+        linear = sum(1 for t in types if t == "linear_attention")
+    else:
+        linear = out["layers"] - out["layers"] // int(cfg["full_attention_interval"])
+    return {**out, **experts, "linear_layers": linear, "linear_key_heads": int(cfg["linear_num_key_heads"]),
+            "linear_value_heads": int(cfg["linear_num_value_heads"]),
+            "linear_head_dim": int(cfg["linear_key_head_dim"]),
+            "attn_output_gate": bool(cfg.get("attn_output_gate", True))}

@@ -17,7 +17,7 @@ from pydantic import (
     model_validator,
 )
 
-from optimizer.catalog.records import ModelShape
+from optimizer.catalog.model_records import ModelShape
 from optimizer.perf.specs import ModelSpec
 from optimizer.problem.enums import Backend
 from optimizer.problem.procurement import (

@@ -1,0 +1,93 @@
+"""Hybrid linear-attention models (Qwen3-Next, Qwen3.5): three layers in four mix tokens with Gated
+DeltaNet (Yang et al. 2024, arXiv 2412.06464), which keeps a fixed recurrent state per sequence
+instead of a KV cache; the fourth attends in full. The figures below are worked by hand from the
+published configs (catalogs/models.yaml)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from optimizer.perf.model import (
+    linear_attention_flops_per_token,
+    linear_state_values,
+    model_flops_per_token,
+    param_count,
+)
+from optimizer.perf.params import ServeParams
+from optimizer.perf.serve import ServePlan, max_batch, serve
+from optimizer.perf.serve_memory import (
+    decode_cache_bytes,
+    kv_bytes_per_gpu,
+    kv_bytes_per_token,
+    state_bytes_per_gpu,
+)
+
+# Qwen3.5-9B: 32 layers, 8 of them full attention (4 KV heads of 256), 24 Gated DeltaNet layers of
+# 16 key and 32 value heads of 128, a convolution of kernel 4 over Q, K and V (2 x 2,048 + 4,096 wide)
+STATE_VALUES = 32 * 128 * 128 + 3 * (2 * 2048 + 4096)  # 548,864 a layer
+KV_PER_TOKEN = 2 * 8 * 4 * 256 * 2  # K and V, 8 layers, 4 heads of 256, 2 bytes: 32,768
+
+
+@pytest.fixture
+def q9(catalog):
+    return catalog.models["qwen3.5-9b"].spec()
+
+
+def test_only_the_full_attention_layers_cache_keys_and_values(q9):
+    assert q9.attended(1000.0) == pytest.approx(250.0)  # 8 of 32 layers attend to the context
+    assert kv_bytes_per_token(q9, "bf16") == KV_PER_TOKEN
+    plan = ServePlan(precision="bf16", kv_precision="bf16")
+    growth = kv_bytes_per_gpu(q9, plan, 2000.0) - kv_bytes_per_gpu(q9, plan, 1000.0)
+    assert growth == pytest.approx(1000 * KV_PER_TOKEN)
+
+
+def test_the_recurrent_state_is_fixed_split_by_tp_and_read_and_written_each_step(q9):
+    assert linear_state_values(q9) == STATE_VALUES
+    one = ServePlan(precision="bf16", kv_precision="bf16")
+    assert state_bytes_per_gpu(q9, one) == 24 * STATE_VALUES * 2  # 26.3 MB a sequence at 16 bits
+    assert state_bytes_per_gpu(q9, replace(one, tp=2)) == pytest.approx(24 * STATE_VALUES)
+    held = kv_bytes_per_gpu(q9, one, 1000.0)
+    assert held == pytest.approx(1000 * KV_PER_TOKEN + 24 * STATE_VALUES * 2)
+    # a decode step reads the KV cache once and the state twice (read, then written back)
+    assert decode_cache_bytes(q9, one, 1000.0, 1.0) == pytest.approx(held + 24 * STATE_VALUES * 2)
+    dense = replace(q9, linear_layers=0)
+    assert state_bytes_per_gpu(dense, one) == 0.0
+    assert decode_cache_bytes(dense, one, 1000.0, 1.0) == kv_bytes_per_gpu(dense, one, 1000.0)
+
+
+def test_a_hybrid_holds_more_long_sequences_than_the_same_shape_attending_in_full(q9, catalog):
+    hw = catalog.hardware("h100-sxm", "hgx-hopper-8", None)
+    plan = ServePlan(precision="bf16", kv_precision="bf16", input_len=32000, output_len=1000)
+    hybrid = max_batch(q9, hw, plan)
+    full = max_batch(replace(q9, linear_layers=0), hw, plan)
+    # 32 layers of KV against 8 and a 26 MB state: at 32k tokens about 3.5 times the sequences
+    assert hybrid > 3 * full > 0
+
+
+def test_training_flops_grow_with_the_context_only_in_the_full_attention_layers(q9):
+    assert linear_attention_flops_per_token(q9) == 8 * 32 * 128 * 128
+    # 3 x (forward scores and context 2·s·heads·(qk + v) dims) over 8 layers, per extra token of context
+    extra = model_flops_per_token(q9, 8192) - model_flops_per_token(q9, 4096)
+    assert extra == pytest.approx(3 * 2 * 4096 * 16 * (256 + 256) * 8)
+
+
+def test_the_output_gate_and_the_delta_net_layers_are_counted_in_the_parameters(q9):
+    # a full layer's Q projection also computes the gate: one more 4,096 x 4,096 matrix on each of 8 layers
+    assert param_count(q9) - param_count(replace(q9, attn_output_gate=False)) == 8 * 4096 * 4096
+    # a Gated DeltaNet layer: in-projections to Q, K, V, Z (2 x 2,048 + 2 x 4,096) and to a, b (2 x 32),
+    # the output projection (4,096 wide), the convolution (8,192 x 4) and 2 x 32 + 128 small weights
+    delta_net = 4096 * 12288 + 4096 * 64 + 4096 * 4096 + 8192 * 4 + 64 + 128
+    gated_attention = 3 * 4096 * 4096 + 2 * 4096 * 1024
+    assert param_count(q9) - param_count(replace(q9, linear_layers=0)) == 24 * (delta_net - gated_attention)
+
+
+def test_a_hybrid_moe_serves_end_to_end(catalog):
+    m = catalog.models["qwen3.5-35b-a3b"].spec()
+    hw = catalog.hardware("h200-sxm", "hgx-hopper-8", None)
+    plan = ServePlan(precision="bf16", kv_precision="bf16", input_len=1000, output_len=1000)
+    short, long = serve(m, hw, plan, ServeParams()), serve(m, hw, replace(plan, input_len=8000), ServeParams())
+    assert short.fits and short.max_batch > 0 and short.output_tokens_per_s > 0
+    # the state does not grow with the prompt: eight times the prompt holds far more than an eighth the sequences
+    assert long.max_batch > short.max_batch / 4
