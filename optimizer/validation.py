@@ -213,7 +213,7 @@ def format_errors(exc: ValidationError, path: Path, data: Any, model: type[BaseM
         loc = _data_path(data, tuple(err["loc"]))
         entry, rest = _entry_label(data, loc)
         field = _dotted(rest) or "(entry)"
-        where = f"{entry}: field '{field}'" if entry else f"field '{_dotted(loc)}'"
+        where = f"{entry}: field '{field}'" if entry else (f"field '{_dotted(loc)}'" if loc else "the whole file")
         kind = err["type"]
         if kind == "extra_forbidden":
             hint = suggest(str(loc[-1]), _fields_at(model, loc))

@@ -91,3 +91,17 @@ def test_a_hybrid_moe_serves_end_to_end(catalog):
     assert short.fits and short.max_batch > 0 and short.output_tokens_per_s > 0
     # the state does not grow with the prompt: eight times the prompt holds far more than an eighth the sequences
     assert long.max_batch > short.max_batch / 4
+
+
+def test_a_hybrid_shape_without_its_linear_heads_is_refused_with_a_fix(tmp_path):
+    from click.testing import CliRunner
+
+    from optimizer.cli import main
+
+    shape = tmp_path / "hybrid.yaml"
+    shape.write_text("layers: 32\nhidden: 4096\nheads: 16\nkv_heads: 4\nhead_dim: 256\nffn_hidden: 12288\n"
+                     "vocab: 248320\nseq_len: 4096\nmlp: swiglu\nlinear_layers: 24\nlinear_key_heads: 16\n")
+    out = CliRunner().invoke(main, ["estimate", "serve", "--model", str(shape), "--gpu", "h100-sxm", "--gpus", "1",
+                                    "--input-len", "100", "--output-len", "100"])
+    assert out.exit_code == 2
+    assert "linear_value_heads and linear_head_dim" in out.output and "field ''" not in out.output

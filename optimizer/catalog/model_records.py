@@ -12,8 +12,8 @@ from optimizer.perf.specs import ModelSpec
 
 class ModelShape(BaseModel):
     """A transformer's shape as a catalog preset or a problem file spells it out: what the
-    performance model's ModelSpec needs (dimensions, GQA, MoE, multi-head latent attention and
-    sliding windows). One schema, one set of checks, for both."""
+    performance model's ModelSpec needs (dimensions, GQA, MoE, multi-head latent attention, sliding
+    windows and hybrid linear attention). One schema, one set of checks, for both."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
