@@ -85,6 +85,11 @@ def _tied(spec):
     ({"model_type": "llama", "hidden_act": "relu", **{k: 8 for k in ("hidden_size", "intermediate_size",
       "num_attention_heads", "num_hidden_layers", "vocab_size", "max_position_embeddings")}}, ["activation 'relu'"]),
     ("not json", ["not a readable JSON file"]),
+    ({**CONFIGS["qwen3-next-80b-a3b"], "full_attention_interval": 0}, ["not a positive whole number"]),
+    ({**CONFIGS["qwen3-next-80b-a3b"], "num_attention_heads": "sixteen"}, ["not a positive whole number"]),
+    ({**CONFIGS["qwen3-next-80b-a3b"], "linear_value_head_dim": 64}, ["take", "one head size"]),
+    ({k: v for k, v in CONFIGS["qwen3-next-80b-a3b"].items() if k != "linear_num_value_heads"},
+     ["lacks the key 'linear_num_value_heads'"]),
 ])
 def test_a_config_the_model_cannot_read_is_refused_with_a_fix(config, words, catalog, tmp_path):
     path = tmp_path / "config.json"

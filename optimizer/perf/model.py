@@ -49,10 +49,9 @@ def linear_attention_params(m: ModelSpec) -> int:
     ``Qwen3NextGatedDeltaNet``): an input projection to Q, K, V and the output gate Z, one to the
     per-head decay and write strength (a, b), the causal convolution over Q, K and V, the output
     projection, and per value head a decay rate and bias, with the gated norm's weight."""
-    h, (key, value) = m.hidden, linear_widths(m)
-    projections = h * (2 * key + 2 * value) + h * 2 * m.linear_value_heads + value * h
+    key, value = linear_widths(m)
     conv = (2 * key + value) * LINEAR_CONV_KERNEL
-    return projections + conv + 2 * m.linear_value_heads + m.linear_head_dim
+    return linear_matmul_params(m) + conv + 2 * m.linear_value_heads + m.linear_head_dim
 
 
 def linear_matmul_params(m: ModelSpec) -> int:
@@ -64,13 +63,12 @@ def linear_matmul_params(m: ModelSpec) -> int:
 def mixer_params(m: ModelSpec) -> int:
     """All layers' token mixers: softmax attention on the full-attention layers, Gated DeltaNet on
     the linear ones."""
-    full = m.layers - m.linear_layers
-    return full * attention_params(m) + (m.linear_layers * linear_attention_params(m) if m.linear_layers else 0)
+    return (m.layers - m.linear_layers) * attention_params(m) + m.linear_layers * linear_attention_params(m)
 
 
 def mixer_params_per_layer(m: ModelSpec) -> float:
     """``mixer_params`` of the average layer (``attention_params`` itself without linear layers)."""
-    return mixer_params(m) / m.layers if m.linear_layers else attention_params(m)
+    return mixer_params(m) / m.layers
 
 
 def linear_state_values(m: ModelSpec) -> int:
@@ -100,7 +98,7 @@ def mixing_flops_per_token(m: ModelSpec, attended: float, decode: bool = False) 
 
 def linear_flops_per_token(m: ModelSpec) -> float:
     """``linear_attention_flops_per_token`` over all the linear layers (0 without them)."""
-    return linear_attention_flops_per_token(m) * m.linear_layers if m.linear_layers else 0.0
+    return linear_attention_flops_per_token(m) * m.linear_layers
 
 
 def _mlp(m: ModelSpec, width: int) -> int:

@@ -43,8 +43,7 @@ def decode_cache_bytes(m: ModelSpec, plan: ServePlan, context: float, unshared: 
     """Bytes one decode step moves for one sequence's cache on one GPU: its KV cache read
     ``unshared`` times (``unshared_kv_factor``), and a linear layer's recurrent state read and
     written back (Gated DeltaNet updates it in place every token)."""
-    state = state_bytes_per_gpu(m, plan)
-    return (kv_bytes_per_gpu(m, plan, context) - state) * unshared + 2.0 * state
+    return _kv_cache_bytes(m, plan, context) * unshared + 2.0 * state_bytes_per_gpu(m, plan)
 
 
 # vLLM's switch between its PagedAttention kernels (vllm/attention/ops/paged_attn.py, v0.2-0.6; TGI's
@@ -91,6 +90,11 @@ def kv_bytes_per_gpu(m: ModelSpec, plan: ServePlan, context: float) -> float:
     data parallelism a sequence's whole cache lives on one GPU of the group, so each holds 1/tp of the
     sequences and nothing is replicated (the point of DP attention for MLA: SGLang's DeepSeek blog,
     2024; TensorRT-LLM's DeepSeek-R1 throughput guide)."""
+    return _kv_cache_bytes(m, plan, context) + state_bytes_per_gpu(m, plan)
+
+
+def _kv_cache_bytes(m: ModelSpec, plan: ServePlan, context: float) -> float:
+    """``kv_bytes_per_gpu`` without the linear layers' state: the attention layers' K and V."""
     layers = math.ceil(m.layers / plan.pp)
     kv_heads = m.kv_heads if plan.attention_dp else math.ceil(m.kv_heads / plan.tp)
     if m.mla:
@@ -98,7 +102,7 @@ def kv_bytes_per_gpu(m: ModelSpec, plan: ServePlan, context: float) -> float:
     else:
         per_layer = 2.0 * kv_heads * m.head_dim * BYTES[plan.kv_precision]
     share = 1.0 / plan.tp if plan.attention_dp else 1.0
-    return layers * per_layer * m.attended(context) * share + state_bytes_per_gpu(m, plan)
+    return layers * per_layer * m.attended(context) * share
 
 
 def replicated_attention_bytes(m: ModelSpec, plan: ServePlan) -> float:

@@ -57,6 +57,10 @@ def read_hf_config(file: Path) -> dict[str, Any]:
     except KeyError as exc:
         raise ProblemError(f"{file}: model_type '{kind}' lacks the key {exc}. To fix: use the model's own "
                            "config.json, or spell the shape out in the problem file.") from None
+    except (TypeError, ValueError, ZeroDivisionError) as exc:
+        raise ProblemError(f"{file}: model_type '{kind}' has a key whose value is not a positive whole number "
+                           f"({exc}). To fix: use the model's own config.json, or spell the shape out in the "
+                           "problem file.") from None
     covered = ", ".join(("gpt2",) + DENSE + MOE + HYBRID)
     raise ProblemError(f"{file}: architecture '{kind or 'unknown'}' (model_type) is not one the performance model "
                        f"covers ({covered}). To fix: spell the shape out in the problem file (layers, hidden, heads, "
