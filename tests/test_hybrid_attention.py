@@ -21,6 +21,7 @@ from optimizer.perf.serve_memory import (
     decode_cache_bytes,
     kv_bytes_per_gpu,
     kv_bytes_per_token,
+    serve_memory,
     state_bytes_per_gpu,
 )
 
@@ -55,6 +56,17 @@ def test_the_recurrent_state_is_fixed_split_by_tp_and_read_and_written_each_step
     dense = replace(q9, linear_layers=0)
     assert state_bytes_per_gpu(dense, one) == 0.0
     assert decode_cache_bytes(dense, one, 1000.0, 1.0) == kv_bytes_per_gpu(dense, one, 1000.0)
+
+
+def test_the_memory_breakdown_names_the_recurrent_state_apart_from_the_kv_cache(q9):
+    plan = ServePlan(precision="bf16", kv_precision="bf16", input_len=1000, output_len=0)
+    memory = serve_memory(q9, plan, 10)
+    assert memory["kv_cache"] == pytest.approx(10 * 1000 * KV_PER_TOKEN)
+    assert memory["recurrent_state"] == pytest.approx(10 * 24 * STATE_VALUES * 2)
+    assert sum(memory.values()) == pytest.approx(sum(serve_memory(q9, plan, 0).values())
+                                                 + 10 * kv_bytes_per_gpu(q9, plan, 1000.0))
+    # a model without linear layers shows no such line
+    assert "recurrent_state" not in serve_memory(replace(q9, linear_layers=0), plan, 10)
 
 
 def test_a_hybrid_holds_more_long_sequences_than_the_same_shape_attending_in_full(q9, catalog):

@@ -156,15 +156,19 @@ TOKEN_BUDGET = 8192
 
 
 def serve_memory(m: ModelSpec, plan: ServePlan, batch: int) -> dict[str, float]:
-    """Bytes per GPU: weights, the KV cache ``batch`` sequences hold (``held_context``), one
-    layer's activations for the engine's token budget (the plan's ``token_budget``, else
-    ``TOKEN_BUDGET``, or its prompt micro-batch), and the reserved runtime memory."""
-    context = held_context(plan)
+    """Bytes per GPU: weights, the KV cache ``batch`` sequences hold (``held_context``), for a
+    hybrid model the recurrent state they keep in its linear-attention layers (``recurrent_state``,
+    only for such a model), one layer's activations for the engine's token budget (the plan's
+    ``token_budget``, else ``TOKEN_BUDGET``, or its prompt micro-batch), and the reserved runtime
+    memory."""
     weights = weight_bytes(m, plan.precision) / plan.gpus + replicated_attention_bytes(m, plan)
-    kv = batch * kv_bytes_per_gpu(m, plan, context)
+    memory = {"weights": weights, "kv_cache": batch * _kv_cache_bytes(m, plan, held_context(plan))}
+    if m.linear_layers:
+        memory["recurrent_state"] = batch * state_bytes_per_gpu(m, plan)
     tokens = plan.prefill_ubatch or plan.token_budget or TOKEN_BUDGET
-    acts = tokens * (4.0 * m.hidden + 2.0 * m.ffn_hidden / plan.tp) * ACT_BYTES
-    return {"weights": weights, "kv_cache": kv, "activations": acts, "reserved": plan.reserved_memory}
+    memory["activations"] = tokens * (4.0 * m.hidden + 2.0 * m.ffn_hidden / plan.tp) * ACT_BYTES
+    memory["reserved"] = plan.reserved_memory
+    return memory
 
 
 def max_batch(m: ModelSpec, hw: Hardware, plan: ServePlan) -> int:
