@@ -9,7 +9,9 @@ from dataclasses import replace
 
 import pytest
 
+from optimizer.perf.memory import activation_bytes_per_layer
 from optimizer.perf.model import (
+    linear_activation_width,
     linear_attention_flops_per_token,
     linear_state_values,
     model_flops_per_token,
@@ -83,6 +85,22 @@ def test_training_flops_grow_with_the_context_only_in_the_full_attention_layers(
     # 3 x (forward scores and context 2·s·heads·(qk + v) dims) over 8 layers, per extra token of context
     extra = model_flops_per_token(q9, 8192) - model_flops_per_token(q9, 4096)
     assert extra == pytest.approx(3 * 2 * 4096 * 16 * (256 + 256) * 8)
+
+
+def test_training_keeps_each_layer_types_own_activations(q9):
+    # a Gated DeltaNet layer: the convolution's input (2 x 2,048 + 4,096), Q and K repeated to the 32
+    # value heads (2 x 4,096) and V (4,096) for the kernel, the WY matrix (64 a head) and about 10
+    # more a head, the gated norm's input and gate and the output projection's input (3 x 4,096)
+    assert linear_activation_width(q9) == 8192 + 8192 + 4096 + 32 * 74 + 12288  # 35,136
+    # a full layer: Q 4,096, K and V 1,024 each, the output 4,096, its gate and the gated output 2 x 4,096
+    full = 4096 + 2 * 1024 + 4096 + 2 * 4096
+    s = 4096
+    per_token = 10 * 4096 + 2 * (8 * full + 24 * 35136) / 32 + 6 * 12288  # Korthikanti et al. Table 2, selective
+    assert activation_bytes_per_layer(q9, s, 1, 1, "selective", False) == pytest.approx(s * per_token)
+    # without FlashAttention only the 8 full layers keep their scores (5·a·s² a layer)
+    extra = activation_bytes_per_layer(q9, s, 1, 1, "none", False) - activation_bytes_per_layer(q9, s, 1, 1,
+                                                                                            "selective", False)
+    assert extra == pytest.approx(5 * 16 * s * s * 8 / 32)
 
 
 def test_the_output_gate_and_the_delta_net_layers_are_counted_in_the_parameters(q9):

@@ -56,7 +56,8 @@ def activation_bytes_per_layer(
     inputs 4, QKV and MLP inputs 2 + 2, dropout masks 2) and 24·s·b·h that it does (Q, K, V,
     attention-output input, and the MLP's 16). Here Q, K, V and the attention output take their own
     widths (``model.attention_widths``: GQA's K and V, a head size set apart from hidden/heads, MLA's
-    decompressed heads, whose compressed latents are kept too, unsharded) and the MLP its own width:
+    decompressed heads, whose compressed latents are kept too, unsharded; a hybrid model's Gated
+    DeltaNet layers keep their own, ``model.mixer_activation_width``, and no scores) and the MLP its own width:
     GELU keeps 4·s·b·f, SwiGLU 6·s·b·f. Selective recompute drops the
     5·a·s²·b attention term; full recompute keeps only the layer input, 2·s·b·h.
     Sequence parallelism shards the 10·s·b·h part over TP as well. FlashAttention (Dao et al.
@@ -68,9 +69,9 @@ def activation_bytes_per_layer(
         return per / tp if sequence_parallel else per
     unsharded = 10.0 * s * b * h + 2.0 * s * b * shape.latent_width(m)
     mlp = (6.0 if m.mlp == "swiglu" else 4.0) * s * b * mlp_activation_width(m)
-    sharded = 2.0 * s * b * sum(shape.attention_widths(m)) + mlp
+    sharded = 2.0 * s * b * shape.mixer_activation_width(m) + mlp
     if recompute == "none" and not flash_attention:
-        sharded += 5.0 * a * s * s * b
+        sharded += 5.0 * a * s * s * b * shape.full_attention_share(m)
     if sequence_parallel:
         unsharded /= tp
     return unsharded + sharded / tp

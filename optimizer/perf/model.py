@@ -230,6 +230,39 @@ def attention_widths(m: ModelSpec) -> tuple[int, int, int, int]:
     return q, m.kv_hidden, m.kv_hidden, out
 
 
+# FLA's chunked gated delta rule (``chunk_gated_delta_rule``, which training runs) works in chunks of this many tokens
+LINEAR_CHUNK = 64
+
+
+def linear_activation_width(m: ModelSpec) -> int:
+    """Values per token one Gated DeltaNet layer keeps for its backward pass, all split by TP (as
+    ``attention_widths`` are softmax attention's): the causal convolution's input over Q, K and V
+    (causal-conv1d saves it, its SiLU fused); the Q and K, repeated to the value heads as
+    transformers' ``Qwen3NextGatedDeltaNet`` hands them to the kernel, and the V that FLA's
+    ``chunk_gated_delta_rule`` saves, with its chunk-local WY matrix A (``LINEAR_CHUNK`` values per
+    value head; the chunk states it recomputes in the backward pass instead of keeping them); about
+    ten more per value head for the decay and write strength, their inputs and the Q and K norms'
+    statistics, some in fp32; the gated norm's input and gate; the output projection's input."""
+    key, value = linear_widths(m)
+    repeated_key = m.linear_value_heads * m.linear_head_dim
+    return (2 * key + value) + 2 * repeated_key + value + 3 * value + (LINEAR_CHUNK + 10) * m.linear_value_heads
+
+
+def mixer_activation_width(m: ModelSpec) -> float:
+    """Values per token the average layer's token mixer keeps for its backward pass: a full-attention
+    layer's Q, K, V and output (``attention_widths``), with an output gate also the gate and the output
+    it gates; a linear layer's ``linear_activation_width``. Without either, ``sum(attention_widths(m))``."""
+    full = sum(attention_widths(m)) + (2 * m.heads * m.attn_v_dim if m.attn_output_gate else 0)
+    if not m.linear_layers:
+        return float(full)
+    return ((m.layers - m.linear_layers) * full + m.linear_layers * linear_activation_width(m)) / m.layers
+
+
+def full_attention_share(m: ModelSpec) -> float:
+    """Share of the layers whose mixer is softmax attention (scores over the context): 1 without linear layers."""
+    return (m.layers - m.linear_layers) / m.layers
+
+
 def kv_width(m: ModelSpec) -> int:
     """Per-token width of the K and V a layer computes together (``attention_widths``): what a
     context-parallel ring passes on."""

@@ -264,9 +264,10 @@ def activation_bytes_per_layer(m: ModelSpec, s: np.ndarray, p: PlanArrays) -> np
     full = np.where(p.sequence_parallel, full / tp, full)
     unsharded = 10.0 * s * b * h + 2.0 * s * b * shape.latent_width(m)
     mlp = (6.0 if m.mlp == "swiglu" else 4.0) * s * b * mlp_activation_width(m)
-    sharded = 2.0 * s * b * sum(shape.attention_widths(m)) + mlp
+    sharded = 2.0 * s * b * shape.mixer_activation_width(m) + mlp
     if not p.flash_attention:
-        sharded = np.where(p.recompute == RECOMPUTE_MODES.index("none"), sharded + 5.0 * a * s * s * b, sharded)
+        scores = 5.0 * a * s * s * b * shape.full_attention_share(m)
+        sharded = np.where(p.recompute == RECOMPUTE_MODES.index("none"), sharded + scores, sharded)
     unsharded = np.where(p.sequence_parallel, unsharded / tp, unsharded)
     return np.asarray(np.where(p.recompute == FULL, full, unsharded + sharded / tp))
 
