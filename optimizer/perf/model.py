@@ -244,8 +244,10 @@ def linear_activation_width(m: ModelSpec) -> int:
     ten more per value head for the decay and write strength, their inputs and the Q and K norms'
     statistics, some in fp32; the gated norm's input and gate; the output projection's input."""
     key, value = linear_widths(m)
-    repeated_key = m.linear_value_heads * m.linear_head_dim
-    return (2 * key + value) + 2 * repeated_key + value + 3 * value + (LINEAR_CHUNK + 10) * m.linear_value_heads
+    convolved = 2 * key + value
+    kernel = 2 * m.linear_value_heads * m.linear_head_dim + value  # Q and K at the value heads, V
+    gated_output = 3 * value  # the norm's input and gate, the output projection's input
+    return convolved + kernel + gated_output + (LINEAR_CHUNK + 10) * m.linear_value_heads
 
 
 def mixer_activation_width(m: ModelSpec) -> float:

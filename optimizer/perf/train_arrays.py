@@ -203,7 +203,8 @@ def replica_terms(m: ModelSpec, hw: Hardware, p: PlanArrays) -> TrainTerms:
     tokens_mb = p.micro_batch * s / p.cp
     flops = _flops(m, p, tokens_mb)
     layers = -(-m.layers // p.pp)
-    scores = 0.0 if p.flash_attention else NO_FLASH_SCORE_BYTES * m.heads * s * layers / p.tp
+    scores = 0.0 if p.flash_attention else (NO_FLASH_SCORE_BYTES * m.heads * s * layers / p.tp
+                                             * shape.full_attention_share(m))
     comm = _micro_batch_comm(m, hw, p, tokens_mb, layers)
     hardware_flops = np.array([shape.hardware_flops_per_token(m, mode, s) for mode in RECOMPUTE_MODES])
     return TrainTerms(
