@@ -26,6 +26,8 @@ from optimizer.perf.serve_memory import (
     serve_memory,
     state_bytes_per_gpu,
 )
+from optimizer.perf.specs import TrainPlan
+from optimizer.perf.train import NO_FLASH_SCORE_BYTES, replica_terms
 
 # Qwen3.5-9B: 32 layers, 8 of them full attention (4 KV heads of 256), 24 Gated DeltaNet layers of
 # 16 key and 32 value heads of 128, a convolution of kernel 4 over Q, K and V (2 x 2,048 + 4,096 wide)
@@ -101,6 +103,14 @@ def test_training_keeps_each_layer_types_own_activations(q9):
     extra = activation_bytes_per_layer(q9, s, 1, 1, "none", False) - activation_bytes_per_layer(q9, s, 1, 1,
                                                                                             "selective", False)
     assert extra == pytest.approx(5 * 16 * s * s * 8 / 32)
+
+
+def test_without_flash_attention_only_the_full_layers_move_scores_through_memory(q9, catalog):
+    hw = catalog.hardware("h100-sxm", "hgx-hopper-8", None)
+    plan = TrainPlan(tp=1, pp=1, dp=1, micro_batch=1, recompute="none", zero=0, seq_len=4096, flash_attention=False)
+    terms = replica_terms(q9, hw, plan)
+    # 27 bytes a score, 16 heads, 4,096 x 4,096 scores, on the 8 full-attention layers of 32
+    assert terms.score_bytes == pytest.approx(NO_FLASH_SCORE_BYTES * 16 * 4096 * 4096 * 8)
 
 
 def test_the_output_gate_and_the_delta_net_layers_are_counted_in_the_parameters(q9):
