@@ -51,6 +51,14 @@ CONFIGS = {
         "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_num_key_heads": 16,
         "linear_num_value_heads": 32, "linear_value_head_dim": 128, "attn_output_gate": True,
         "tie_word_embeddings": False, "vocab_size": 248320}},
+    # the flagship: 512 experts, top-10, 64 value heads a linear layer; every fourth layer by interval
+    "qwen3.5-397b-a17b": {"model_type": "qwen3_5_moe", "text_config": {
+        "model_type": "qwen3_5_moe_text", "hidden_act": "silu", "hidden_size": 4096, "moe_intermediate_size": 1024,
+        "shared_expert_intermediate_size": 1024, "max_position_embeddings": 262144, "num_attention_heads": 32,
+        "num_hidden_layers": 60, "num_key_value_heads": 2, "head_dim": 256, "num_experts": 512,
+        "num_experts_per_tok": 10, "full_attention_interval": 4, "linear_conv_kernel_dim": 4,
+        "linear_key_head_dim": 128, "linear_num_key_heads": 16, "linear_num_value_heads": 64,
+        "linear_value_head_dim": 128, "attn_output_gate": True, "tie_word_embeddings": False, "vocab_size": 248320}},
     "gemma3-27b": {"model_type": "gemma3", "text_config": {
         "model_type": "gemma3_text", "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 5376,
         "intermediate_size": 21504, "max_position_embeddings": 131072, "num_attention_heads": 32,
