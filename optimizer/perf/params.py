@@ -56,7 +56,7 @@ class ServeParams:
     server_seq_overhead: Num = 0.0  # further seconds per sequence per decode step behind an API server; 0 offline
     request_overhead: Num = 0.0  # seconds of the front end's serial work per request (HTTP, tokenising)
     moe_efficiency: Num = 1.0  # routed experts' GEMM FLOPs relative to dense ones (grouped kernels, few tokens each)
-    expert_latency: Num = 0.0  # seconds per routed expert slice a decode step reads, beyond streaming it
+    expert_latency: Num = 0.0  # seconds per routed expert slice a decode step reads, beyond streaming it (per GPU)
     longest_output: Num = 1.0  # a burst's longest output over its mean output, where lengths vary
     allreduce_latency: Num = 1.0  # multiplier on the links' collective latency (custom all-reduce kernels)
     tp_overlap: Num = 0.0  # share of TP all-reduces hidden behind compute (two-batch overlap)

@@ -87,7 +87,9 @@ def expert_ramp(expert_bytes: Num, expert_slice: Num, latency: Num) -> Num:
     TensorRT-LLM reads Mixtral 8x7B's weights and KV cache at about 98 % of an H100's bandwidth at
     batch 16 (7.5 ms a step for 24.7 GB a GPU), where the fine-grained models of other sources
     take about twice their bytes' streaming time. Serving plans split every expert by TP
-    (``expert_slice_bytes``); under expert parallelism a GPU would read fewer, whole experts."""
+    (``expert_slice_bytes``); under expert parallelism a GPU would read fewer, whole experts. The
+    latency is fitted per GPU family and weight format (``catalogs/efficiency.yaml``): a ramp is the
+    part's memory latency and clock, and the grouped kernel its format's."""
     if isinstance(expert_slice, float):  # the planner's one-plan calls: no numpy overhead
         return expert_bytes / expert_slice * latency if expert_slice > 0 else 0.0
     slices = expert_bytes / np.maximum(expert_slice, 1.0)
