@@ -262,7 +262,7 @@ def replica_terms(m: ModelSpec, hw: Hardware, plan: TrainPlan) -> TrainTerms:
     gemm, per_width, attention, elementwise = _flops_per_token(m, plan, tokens_mb)
     layers = math.ceil(m.layers / plan.pp)
     scores = 0.0 if plan.flash_attention else (NO_FLASH_SCORE_BYTES * m.heads * s * layers / plan.tp
-                                                * shape.full_attention_share(m))  # linear layers keep none
+                                                * shape.full_attention_share(m))  # linear layers score nothing
     comm = _micro_batch_comm(m, hw, plan, tokens_mb)
     peak_16 = dev.peak_of("bf16", "fp16", plan.precision)
     return TrainTerms(
