@@ -98,6 +98,9 @@ def _tied(spec):
     ({**CONFIGS["qwen3-next-80b-a3b"], "linear_value_head_dim": 64}, ["take", "one head size"]),
     ({k: v for k, v in CONFIGS["qwen3-next-80b-a3b"].items() if k != "linear_num_value_heads"},
      ["lacks the key 'linear_num_value_heads'"]),
+    ({**CONFIGS["qwen3-next-80b-a3b"], "layer_types": ["linear_attention"] * 3 + ["full_attention"]},
+     ["layer_types names 4 layers where num_hidden_layers is 48"]),
+    ({**CONFIGS["qwen3-next-80b-a3b"], "layer_types": ["linear_attention"] * 48}, ["linear_layers"]),
 ])
 def test_a_config_the_model_cannot_read_is_refused_with_a_fix(config, words, catalog, tmp_path):
     path = tmp_path / "config.json"

@@ -27,10 +27,21 @@ def attention_params(m: ModelSpec) -> int:
         kv = h * (m.kv_lora_rank + m.qk_rope_dim) + m.kv_lora_rank + m.kv_lora_rank * m.heads * (
             m.qk_nope_dim + m.v_head_dim)
         return q + kv + m.heads * m.v_head_dim * h
-    weights = (3 if m.attn_output_gate else 2) * h * m.q_hidden + 2 * h * m.kv_hidden
+    weights = attention_matmul_params(m)
     if m.gpt_block:
         return weights + m.q_hidden + 2 * m.kv_hidden + h
     return weights
+
+
+def q_projection_width(m: ModelSpec) -> int:
+    """Width of a full-attention layer's Q projection: the queries, and as many gate values again
+    where the attention output is gated (``attn_output_gate``)."""
+    return (2 if m.attn_output_gate else 1) * m.q_hidden
+
+
+def attention_matmul_params(m: ModelSpec) -> int:
+    """The projection weights of a full-attention layer without MLA: Q (with its gate), K, V and O."""
+    return m.hidden * (q_projection_width(m) + m.q_hidden + 2 * m.kv_hidden)
 
 
 # Gated DeltaNet's short causal convolution over Q, K and V (``linear_conv_kernel_dim`` 4 in every
@@ -173,10 +184,8 @@ def active_param_count(m: ModelSpec) -> int:
 def matmul_params_per_layer(m: ModelSpec) -> int:
     """Weights a token multiplies by in the average layer (biases and norms excluded; for MoE
     only the experts it is routed to)."""
-    if m.mla:
-        attn = attention_params(m) - m.q_lora_rank - m.kv_lora_rank
-    else:
-        attn = (3 if m.attn_output_gate else 2) * m.hidden * m.q_hidden + 2 * m.hidden * m.kv_hidden
+    # MLA's weights but the two latent norms'
+    attn = attention_params(m) - m.q_lora_rank - m.kv_lora_rank if m.mla else attention_matmul_params(m)
     width = m.mlp_matrices
     dense_mlp = width * m.hidden * m.ffn_hidden
     moe_mlp = ((m.experts_active + m.shared_experts) * width * m.hidden * m.expert_ffn_hidden
@@ -196,8 +205,8 @@ def gemm_shapes(m: ModelSpec, tp: int, ep: int, rows: float) -> list[tuple[float
     sees only ``rows·k·ep/E`` of the tokens (its share, gathered over expert parallelism).
     """
     h = m.hidden
-    qkv = (2 if m.attn_output_gate else 1) * m.q_hidden + 2 * m.kv_hidden
-    full = (m.layers - m.linear_layers) / m.layers
+    qkv = q_projection_width(m) + 2 * m.kv_hidden
+    full = full_attention_share(m)
     out = [(full * 2.0 * h * qkv / tp, min(h, qkv / tp, rows)),
            (full * 2.0 * h * m.q_hidden / tp, min(h, m.q_hidden / tp, rows))]
     if m.linear_layers:

@@ -127,6 +127,10 @@ def _hybrid(cfg: dict[str, Any], file: Path, kind: str) -> dict[str, Any]:
                            "both. To fix: spell the shape out in the problem file.")
     types = cfg.get("layer_types")
     if isinstance(types, list) and types:
+        if len(types) != out["layers"]:
+            raise ProblemError(f"{file}: layer_types names {len(types)} layers where num_hidden_layers is "
+                               f"{out['layers']}. To fix: use the model's own config.json, or spell the shape out "
+                               "in the problem file.")
         linear = sum(1 for t in types if t == "linear_attention")
     else:
         linear = out["layers"] - out["layers"] // int(cfg["full_attention_interval"])
