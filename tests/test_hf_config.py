@@ -111,3 +111,13 @@ def test_a_config_the_model_cannot_read_is_refused_with_a_fix(config, words, cat
         assert w in str(err.value), str(err.value)
     r = CliRunner().invoke(main, ["estimate", "train", "--model", str(path), "--gpu", "h100-sxm", "--gpus", "8"])
     assert r.exit_code == 2 and words[0] in r.output and "Traceback" not in r.output
+
+
+def test_a_configs_convolution_width_is_read(catalog, tmp_path):
+    """``linear_conv_kernel_dim`` is 4 in every published Qwen3-Next and Qwen3.5 config; another
+    width is taken as given (the state and the weights grow with it), not assumed to be 4."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**CONFIGS["qwen3-next-80b-a3b"], "linear_conv_kernel_dim": 6}))
+    assert resolve_model(str(path), catalog, tmp_path / "p.yaml").linear_conv_kernel == 6
+    assert catalog.models["qwen3-next-80b-a3b"].spec().linear_conv_kernel == 4
+

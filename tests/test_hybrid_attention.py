@@ -145,3 +145,13 @@ def test_a_hybrid_shape_without_its_linear_heads_is_refused_with_a_fix(tmp_path)
                                     "--input-len", "100", "--output-len", "100"])
     assert out.exit_code == 2
     assert "linear_value_heads and linear_head_dim" in out.output and "field ''" not in out.output
+
+
+
+def test_the_convolution_width_comes_from_the_shape(q9):
+    """The causal convolution keeps its last kernel − 1 inputs of Q, K and V per layer and has
+    kernel weights per channel: a width of 6 instead of 4 adds two of each (2 x 2,048 + 4,096 =
+    8,192 channels in each of the 24 linear layers)."""
+    wide = replace(q9, linear_conv_kernel=6)
+    assert linear_state_values(wide) - linear_state_values(q9) == 2 * 8192
+    assert param_count(wide) - param_count(q9) == 24 * 2 * 8192

@@ -43,6 +43,7 @@ class ModelShape(BaseModel):
     linear_key_heads: int = Field(default=0, ge=0)
     linear_value_heads: int = Field(default=0, ge=0)
     linear_head_dim: int = Field(default=0, ge=0)
+    linear_conv_kernel: int = Field(default=4, ge=1)  # Gated DeltaNet's causal convolution width
     attn_output_gate: bool = False  # the full-attention layers gate their output (Qwen3-Next, Qwen3.5)
 
     @model_validator(mode="after")
@@ -73,6 +74,7 @@ class ModelShape(BaseModel):
             sliding_window=self.sliding_window, sliding_layers=self.sliding_layers,
             linear_layers=self.linear_layers, linear_key_heads=self.linear_key_heads,
             linear_value_heads=self.linear_value_heads, linear_head_dim=self.linear_head_dim,
+            linear_conv_kernel=self.linear_conv_kernel,
             attn_output_gate=self.attn_output_gate)
 
 

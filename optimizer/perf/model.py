@@ -44,11 +44,6 @@ def attention_matmul_params(m: ModelSpec) -> int:
     return m.hidden * (q_projection_width(m) + m.q_hidden + 2 * m.kv_hidden)
 
 
-# Gated DeltaNet's short causal convolution over Q, K and V (``linear_conv_kernel_dim`` 4 in every
-# Qwen3-Next and Qwen3.5 config): its weights, and the last kernel - 1 inputs a sequence keeps
-LINEAR_CONV_KERNEL = 4
-
-
 def linear_widths(m: ModelSpec) -> tuple[int, int]:
     """Per-token widths of a Gated DeltaNet layer's keys (and queries) and values:
     key heads × head size, value heads × head size."""
@@ -61,7 +56,7 @@ def linear_attention_params(m: ModelSpec) -> int:
     per-head decay and write strength (a, b), the causal convolution over Q, K and V, the output
     projection, and per value head a decay rate and bias, with the gated norm's weight."""
     key, value = linear_widths(m)
-    conv = (2 * key + value) * LINEAR_CONV_KERNEL
+    conv = (2 * key + value) * m.linear_conv_kernel  # the causal convolution over Q, K and V
     return linear_matmul_params(m) + conv + 2 * m.linear_value_heads + m.linear_head_dim
 
 
@@ -87,7 +82,7 @@ def linear_state_values(m: ModelSpec) -> int:
     length: a head_dim × head_dim matrix per value head, and the convolution's last kernel − 1
     inputs of Q, K and V (vLLM's ``MambaStateShapeCalculator.gated_delta_net_state_shape``)."""
     key, value = linear_widths(m)
-    return m.linear_value_heads * m.linear_head_dim ** 2 + (2 * key + value) * (LINEAR_CONV_KERNEL - 1)
+    return m.linear_value_heads * m.linear_head_dim ** 2 + (2 * key + value) * (m.linear_conv_kernel - 1)
 
 
 def linear_attention_flops_per_token(m: ModelSpec) -> float:

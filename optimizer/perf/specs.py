@@ -91,6 +91,7 @@ class ModelSpec:
     linear_key_heads: int = 0
     linear_value_heads: int = 0
     linear_head_dim: int = 0  # key and value head size (128 in every Qwen3-Next and Qwen3.5 config)
+    linear_conv_kernel: int = 4  # the short causal convolution's width (``linear_conv_kernel_dim``)
     attn_output_gate: bool = False
 
     @property

@@ -137,4 +137,5 @@ def _hybrid(cfg: dict[str, Any], file: Path, kind: str) -> dict[str, Any]:
     return {**out, **experts, "linear_layers": linear, "linear_key_heads": int(cfg["linear_num_key_heads"]),
             "linear_value_heads": int(cfg["linear_num_value_heads"]),
             "linear_head_dim": int(cfg["linear_key_head_dim"]),
+            "linear_conv_kernel": int(cfg.get("linear_conv_kernel_dim", 4)),
             "attn_output_gate": bool(cfg.get("attn_output_gate", True))}
