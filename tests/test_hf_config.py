@@ -120,4 +120,3 @@ def test_a_configs_convolution_width_is_read(catalog, tmp_path):
     path.write_text(json.dumps({**CONFIGS["qwen3-next-80b-a3b"], "linear_conv_kernel_dim": 6}))
     assert resolve_model(str(path), catalog, tmp_path / "p.yaml").linear_conv_kernel == 6
     assert catalog.models["qwen3-next-80b-a3b"].spec().linear_conv_kernel == 4
-

@@ -147,7 +147,6 @@ def test_a_hybrid_shape_without_its_linear_heads_is_refused_with_a_fix(tmp_path)
     assert "linear_value_heads and linear_head_dim" in out.output and "field ''" not in out.output
 
 
-
 def test_the_convolution_width_comes_from_the_shape(q9):
     """The causal convolution keeps its last kernel − 1 inputs of Q, K and V per layer and has
     kernel weights per channel: a width of 6 instead of 4 adds two of each (2 x 2,048 + 4,096 =
