@@ -113,6 +113,15 @@ def test_solve_formats_and_determinism(tiny_problem):
     assert md.exit_code == 0 and "| category |" in md.output
 
 
+def test_solve_reports_the_time_limit_it_ran_under(tiny_problem):
+    """--time-limit replaces the problem's solver.time_limit_s, and the answer says so."""
+    text = run("solve", str(tiny_problem), "--time-limit", "7")
+    assert text.exit_code == 0 and "(time limit 7 s)" in text.output, text.output
+    data = json.loads(run("solve", str(tiny_problem), "--time-limit", "7", "--format", "json").output)
+    assert data["solver"]["time_limit_s"] == 7.0
+    assert "(time limit 7 s)" not in run("solve", str(tiny_problem)).output
+
+
 @pytest.mark.parametrize("ext", [".csv", ".xlsx", ".json", ".md"])
 def test_bom_files(tiny_problem, tmp_path, ext):
     out = tmp_path / f"bom{ext}"
