@@ -19,7 +19,6 @@ from tests.snapshot import assert_snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEMS = sorted((ROOT / "problems").glob("*.yaml"))
-CBC_LIMIT_S = 300.0  # seconds PuLP's CBC may take to prove an example's optimum
 
 
 @pytest.fixture(scope="module")
@@ -42,10 +41,7 @@ def test_backends_agree_and_answer_verifies(path, tables, catalog):
     assert table.candidates or table.serving, table.gpu_reasons
     results = {}
     for backend in ("ortools", "pulp"):
-        # the optimum is what must agree, not CBC's speed: its branch and bound on pretrain_finetune_serve
-        # took 20 s before the refit of 2026-12-08 and 80 s after it, past the problem's 60 s (HiGHS: 3 s)
-        limit = problem.solver.time_limit_s if backend == "ortools" else max(problem.solver.time_limit_s, CBC_LIMIT_S)
-        sol = solve(table, targets_of(problem), backend, limit, problem.solver.mip_gap)
+        sol = solve(table, targets_of(problem), backend, problem.solver.time_limit_s, problem.solver.mip_gap)
         assert sol.status == Status.OPTIMAL, backend
         verify(problem, catalog, table, sol)  # raises if the re-check fails
         results[backend] = sol.objective

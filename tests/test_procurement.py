@@ -128,7 +128,7 @@ def test_owned_gpus_are_used_before_buying(catalog):
     # pay for themselves against bought 3090s, in replicas of two or four cards (how many of the twelve
     # moves with the fitted rates: 8 before the refit of 2026-12-08, 10 after it)
     assert owned["a100-sxm-80gb"] == 8 and owned["rtx-3090"] == 5
-    assert owned["rtx-2080-ti"] in range(2, 13, 2)
+    assert owned["rtx-2080-ti"] in range(2, 12, 2)  # not all twelve: the last pair does not pay for itself
     bought = sum(p.gpus - p.owned_gpus for p in rec.solution.purchases)
     assert bought > 0  # the demand needs more than the inventory: buy only what is missing
     without = _solve({k: v for k, v in data.items() if k != "inventory"}, catalog)

@@ -92,7 +92,7 @@ def recommend(problem: Problem, catalog: Catalog, backend: str | None = None,
     backend = backend or problem.solver.backend
     limit = time_limit_s or problem.solver.time_limit_s
     if limit != problem.solver.time_limit_s:  # the answer reports the limit its solve ran under
-        problem = replace(problem, solver=problem.solver.model_copy(update={"time_limit_s": limit}))
+        problem = replace(problem, solver=problem.solver.model_copy(update={"time_limit_s": float(limit)}))
     targets = targets_of(problem)
     if not table.candidates and not table.serving:
         reasons = [f"{gpu}: {why}" for gpu, why in sorted(table.gpu_reasons.items())]
@@ -102,7 +102,8 @@ def recommend(problem: Problem, catalog: Catalog, backend: str | None = None,
                               reasons + hints)
     sol = solve(table, targets, backend, limit, problem.solver.mip_gap)
     if sol.status == Status.NO_SOLUTION:
-        raise SolverError(f"no solution found within {limit:g} s. To fix: raise solver.time_limit_s.")
+        raise SolverError(f"no solution found within {limit:g} s. To fix: raise --time-limit, or solver.time_limit_s "
+                          "in the problem file.")
     if sol.status == Status.INFEASIBLE:
         raise InfeasibleError(f"no cluster meets every target of '{problem.name}'.",
                               feasibility_hints(problem, catalog, table, backend, limit))
