@@ -11,9 +11,11 @@ import pytest
 
 from optimizer.perf.memory import activation_bytes_per_layer
 from optimizer.perf.model import (
+    hardware_flops_per_token,
     linear_activation_width,
     linear_attention_flops_per_token,
     linear_state_values,
+    matmul_params_per_layer,
     model_flops_per_token,
     param_count,
 )
@@ -154,3 +156,11 @@ def test_the_convolution_width_comes_from_the_shape(q9):
     wide = replace(q9, linear_conv_kernel=6)
     assert linear_state_values(wide) - linear_state_values(q9) == 2 * 8192
     assert param_count(wide) - param_count(q9) == 24 * 2 * 8192
+
+
+def test_full_recompute_repeats_the_delta_rule_too(q9):
+    """Full recompute repeats every layer's forward, a Gated DeltaNet layer's delta rule with it
+    (8 FLOPs per state value: 24 layers x 32 value heads x 128 x 128); selective recompute repeats
+    only softmax attention's scores and context, which both modes add alike."""
+    extra = hardware_flops_per_token(q9, "full") - hardware_flops_per_token(q9, "selective")
+    assert extra == pytest.approx(2.0 * matmul_params_per_layer(q9) * 32 + 24 * 8 * 32 * 128 * 128)

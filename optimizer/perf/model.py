@@ -313,7 +313,7 @@ def model_flops_per_token(m: ModelSpec, seq_len: int | None = None) -> float:
     s = seq_len or m.seq_len
     return (
         6.0 * matmul_params_per_layer(m) * m.layers
-        + 3.0 * (attention_flops_per_token_layer(m, m.attended(s)) * m.layers + linear_flops_per_token(m))
+        + 3.0 * mixing_flops_per_token(m, m.attended(s))
         + 6.0 * m.vocab * m.hidden
     )
 
@@ -322,15 +322,15 @@ def model_flops_per_token(m: ModelSpec, seq_len: int | None = None) -> float:
 def hardware_flops_per_token(m: ModelSpec, recompute: str, seq_len: int | None = None) -> float:
     """FLOPs the GPU executes per token, recomputation included (what HFU counts).
 
-    Full recompute repeats each layer's forward (+2·matmul params, +4·s·h per layer);
-    selective recompute repeats only the attention scores and context (+4·s·h per layer),
-    as in Korthikanti et al. 2022 (arXiv 2205.05198) section 5.
+    Full recompute repeats each layer's forward (+2·matmul params, +4·s·h per layer, a linear
+    layer's delta rule too); selective recompute repeats only the attention scores and context
+    (+4·s·h per layer), as in Korthikanti et al. 2022 (arXiv 2205.05198) section 5.
     """
     s = seq_len or m.seq_len
     flops = model_flops_per_token(m, s)
     attention = attention_flops_per_token_layer(m, m.attended(s)) * m.layers
     if recompute == "full":
-        flops += 2.0 * matmul_params_per_layer(m) * m.layers + attention
+        flops += 2.0 * matmul_params_per_layer(m) * m.layers + mixing_flops_per_token(m, m.attended(s))
     elif recompute == "selective":
         flops += attention
     return flops

@@ -161,8 +161,7 @@ def _stage_flops(m: ModelSpec, tp: int, pp: int, ep: int, recompute: str, flash_
     per_width += head / max(1.0, min(m.hidden, m.vocab / tp, tokens_mb))
     # executed attention: FlashAttention skips the masked half of a causal score matrix (and windowed
     # layers attend to at most their window); unfused kernels compute every score (Dao 2023, sec. 3)
-    executed = (shape.attention_flops_per_token_layer(m, m.attended(s / 2.0 if flash_attention else s))
-                + shape.linear_flops_per_token(m) / m.layers)
+    executed = shape.mixing_flops_per_token(m, m.attended(s / 2.0 if flash_attention else s)) / m.layers
     attention = 3.0 * executed * layers
     routed = m.experts_active * m.hidden * m.moe_layers / layers if m.moe else 0.0
     elementwise = (m.hidden + mlp_activation_width(m) + routed) * layers
