@@ -111,9 +111,10 @@ def solve(problem: Problem, plans: Plans | None = None, backend: str | None = No
           time_limit_s: float | None = None) -> MilpSolution:
     """The MIP alone: its optimum over ``plans`` (enumerated if not given), not re-checked. Most
     callers want ``recommend``."""
+    problem = problem.with_time_limit(time_limit_s)
     table = plans.table if plans is not None else plan(problem).table
     return _solve(table, targets_of(problem), backend or problem.solver.backend,
-                  time_limit_s or problem.solver.time_limit_s, problem.solver.mip_gap)
+                  problem.solver.time_limit_s, problem.solver.mip_gap)
 
 
 def recommend(problem: Problem, backend: str | None = None, time_limit_s: float | None = None,
@@ -164,6 +165,7 @@ def sweep(problem: Problem, budget: str | Iterable[float] | None = None, deadlin
     """Re-solve over a grid (``gpuopt sweep``). Each axis is text as the command takes it
     (``"100k:2M:20"``, ``"250k,500k"``) or numbers in USD, days, tokens, kW or output tokens/s."""
     _one_workload(problem, "sweep")
+    problem = problem.with_time_limit(time_limit_s)
     catalog = _priced(problem)
     axes = parse_axes(problem, catalog, _axis_text(budget), _axis_text(deadline), _axis_text(tokens),
                       _axis_text(power), _axis_text(demand), tuple(prices))
@@ -172,7 +174,7 @@ def sweep(problem: Problem, budget: str | Iterable[float] | None = None, deadlin
         raise ProblemError(f"the grid has {points:,} points. To fix: use fewer values per axis (at most 10,000 "
                            "points in all).")
     return Sweep(run_sweep(problem, catalog, axes, backend or problem.solver.backend,
-                           time_limit_s or problem.solver.time_limit_s, workers, progress))
+                           problem.solver.time_limit_s, workers, progress))
 
 
 def compare(model: str, workload: str = "both", gpus: int = 64, input_len: int = 512, output_len: int = 256,
@@ -238,19 +240,20 @@ def report(problem: Problem, sweep_points: int = 8, workers: int = 1, backend: s
     from optimizer.tradeoffs.plots import sweep_png
 
     _one_workload(problem, "report")
-    answer = recommend(problem, backend, time_limit_s)
+    problem = problem.with_time_limit(time_limit_s)
+    answer = recommend(problem, backend)
     if stage:
         stage("solved; explaining every GPU type")
     catalog = answer.catalog
     axes = [default_axis(problem, sweep_points)] if sweep_points else []
     wide = _shared_wide_table(problem, catalog, axes)
-    explanation = _explain(problem, catalog, backend, time_limit_s, answer.recommendation.table, wide)
+    explanation = _explain(problem, catalog, backend, None, answer.recommendation.table, wide)
     result = png = None
     if axes:
         if stage:
             stage(f"sweeping {sweep_points} points")
         result = run_sweep(problem, catalog, axes, backend or problem.solver.backend,
-                           time_limit_s or problem.solver.time_limit_s, workers, table=wide)
+                           problem.solver.time_limit_s, workers, table=wide)
         png = sweep_png(result)
     return render_html(answer.to_dict(), result, png, explanation)
 

@@ -116,6 +116,27 @@ def test_validate_names_its_choices_on_a_wrong_argument(catalog):
         go.validate(cv="sources", catalog=catalog)
 
 
+@pytest.mark.parametrize("limit", [0, -5.0, 86_401, float("nan"), float("inf")])
+def test_a_time_limit_out_of_range_is_refused_by_every_solving_call(tiny_problem, catalog, limit):
+    """An API caller's time limit is checked as the problem file's solver.time_limit_s is (more than
+    0, at most a day), before any plan is enumerated; 0 is not read as 'the file's limit'."""
+    problem = go.load_problem(tiny_problem, catalog)
+    calls = [lambda: go.recommend(problem, time_limit_s=limit), lambda: go.solve(problem, time_limit_s=limit),
+             lambda: go.explain(problem, time_limit_s=limit),
+             lambda: go.sweep(problem, budget="1M", time_limit_s=limit),
+             lambda: go.report(problem, sweep_points=0, time_limit_s=limit)]
+    for call in calls:
+        with pytest.raises(go.ProblemError, match=r"more than 0 and at most 86,400 \(a day\)"):
+            call()
+
+
+def test_an_api_time_limit_is_the_one_the_answer_reports(tiny_problem, catalog):
+    problem = go.load_problem(tiny_problem, catalog)
+    assert problem.solver.time_limit_s == 30
+    assert go.recommend(problem, time_limit_s=9).to_dict()["solver"]["time_limit_s"] == 9.0
+    assert go.recommend(problem).to_dict()["solver"]["time_limit_s"] == 30.0
+
+
 def test_a_result_refuses_a_format_it_has_no_rendering_for(at_root, catalog):
     grid = go.sweep(go.load_problem("problems/llama2_70b_serving.yaml", catalog), demand="5k")
     with pytest.raises(go.ProblemError, match="text, csv, json"):

@@ -6,8 +6,11 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import sys
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from optimizer.errors import SolverError
@@ -37,6 +40,20 @@ def _quiet_stdout() -> Iterator[None]:
         os.dup2(saved, 1)
         os.close(saved)
         os.close(devnull)
+
+
+def cbc_bound(log: str) -> float | None:
+    """The best bound in CBC's closing summary, in the objective's own sense: after a stop on its
+    time limit CBC prints "Lower bound:" (minimising) or "Upper bound:" (maximising) under "Objective
+    value:"; None where it printed neither (a solve it finished, which prints no bound)."""
+    found = re.search(r"^(?:Lower|Upper) bound:\s*(\S+)", log, re.MULTILINE)
+    if found is None:
+        return None
+    try:
+        bound = float(found.group(1))
+    except ValueError:
+        return None
+    return bound if math.isfinite(bound) else None
 
 
 class Model:
@@ -125,10 +142,13 @@ class Model:
         # From a cold start, CBC's primal heuristics cost most of its time on these programs, whose
         # optimum branching finds anyway (pretrain_finetune_serve: 74 s with them, 9 s without, the
         # same optimum; benchmarks/solve_times.py); from a warm start they improve the answer given.
-        solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, int(math.ceil(time_limit_s))), gapRel=mip_gap,
-                                   threads=1, warmStart=warm_start,
-                                   options=[] if warm_start else ["heuristicsOnOff off"])
-        self.m.solve(solver)
+        with tempfile.TemporaryDirectory(prefix="gpuopt-cbc-") as folder:
+            log = Path(folder) / "cbc.log"  # CBC's summary holds the best bound PuLP does not return
+            solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, int(math.ceil(time_limit_s))), gapRel=mip_gap,
+                                       threads=1, warmStart=warm_start, logPath=str(log),
+                                       options=[] if warm_start else ["heuristicsOnOff off"])
+            self.m.solve(solver)
+            summary = log.read_text(errors="replace") if log.exists() else ""
         if self.m.status == pulp.LpStatusInfeasible:
             return Status.INFEASIBLE, None, None
         if self.m.sol_status == pulp.LpSolutionOptimal:
@@ -140,7 +160,7 @@ class Model:
         else:
             raise SolverError(f"CBC stopped with status {pulp.LpStatus[self.m.status]}.")
         value = pulp.value(self.m.objective)
-        return status, value, None
+        return status, value, cbc_bound(summary) if status is Status.FEASIBLE else None
 
     def value(self, var: Any) -> float:
         if self.backend is Backend.ORTOOLS:

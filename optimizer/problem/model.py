@@ -8,6 +8,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
+from pydantic import ValidationError
+
 from optimizer.catalog import Catalog
 from optimizer.errors import ProblemError
 from optimizer.perf.goodput import Reliability
@@ -19,6 +21,7 @@ from optimizer.problem.procurement import (
     RackLimits,
 )
 from optimizer.problem.schema import (
+    MAX_TIME_LIMIT_S,
     Search,
     SolverOptions,
 )
@@ -168,6 +171,19 @@ class Problem:
     def with_limits(self, **fields: Unpack[Limits]) -> Problem:
         """The problem with shared limits (budget_usd, power_cap_w) changed."""
         return replace(self, **fields)
+
+    def with_time_limit(self, seconds: float | None) -> Problem:
+        """The problem with its MIP time limit (``solver.time_limit_s``) set to ``seconds``, checked
+        as the problem file's is (more than 0, at most a day); None keeps the file's."""
+        if seconds is None:
+            return self
+        try:
+            solver = SolverOptions.model_validate({**self.solver.model_dump(), "time_limit_s": seconds})
+        except ValidationError:
+            raise ProblemError(f"time limit {seconds!r}: expected a number of seconds more than 0 and at most "
+                               f"{MAX_TIME_LIMIT_S:,} (a day). To fix: pass --time-limit (or time_limit_s) within that "
+                               "range, or leave it out for the problem's solver.time_limit_s.") from None
+        return replace(self, solver=solver) if solver != self.solver else self
 
     @property
     def workload(self) -> Workload:

@@ -258,9 +258,12 @@ class Search(Strict):
         return tuple(sorted(set(v)))
 
 
+MAX_TIME_LIMIT_S = 86_400  # a day: the longest MIP time limit a problem or --time-limit may set
+
+
 class SolverOptions(Strict):
     backend: Backend = Backend.ORTOOLS
-    time_limit_s: float = Field(default=60.0, gt=0, le=86_400)
+    time_limit_s: float = Field(default=60.0, gt=0, le=MAX_TIME_LIMIT_S)
     mip_gap: float = Field(default=1e-6, ge=0, le=1)
 
 

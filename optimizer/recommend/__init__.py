@@ -8,7 +8,7 @@ explained by the least change of each limit that lifts it (``recommend.repair``)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from optimizer.catalog import HOURS_PER_YEAR, Catalog
 from optimizer.errors import InfeasibleError, SolverError
@@ -90,9 +90,8 @@ def recommend(problem: Problem, catalog: Catalog, backend: str | None = None,
     """Solve ``problem``; raise InfeasibleError with what would make it feasible."""
     table = table or plan_table(problem, catalog)
     backend = backend or problem.solver.backend
-    limit = time_limit_s or problem.solver.time_limit_s
-    if limit != problem.solver.time_limit_s:  # the answer reports the limit its solve ran under
-        problem = replace(problem, solver=problem.solver.model_copy(update={"time_limit_s": float(limit)}))
+    problem = problem.with_time_limit(time_limit_s)  # the answer reports the limit its solve ran under
+    limit = problem.solver.time_limit_s
     targets = targets_of(problem)
     if not table.candidates and not table.serving:
         reasons = [f"{gpu}: {why}" for gpu, why in sorted(table.gpu_reasons.items())]

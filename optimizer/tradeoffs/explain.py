@@ -150,7 +150,8 @@ def explain(problem: Problem, catalog: Catalog, backend: str | None = None,
     """``table``: the problem's plans if the caller has them already (they are enumerated otherwise);
     ``wide``: plans at limits at least as loose as ``relaxed(problem)``, for the relaxations."""
     backend = backend or problem.solver.backend
-    limit = time_limit_s or problem.solver.time_limit_s
+    problem = problem.with_time_limit(time_limit_s)
+    limit = problem.solver.time_limit_s
     table = table or enumerate_candidates(problem, catalog)
     best = _row(problem, catalog, table, backend, limit) if table.candidates or table.serving else None
     if best is None or not best.feasible:
