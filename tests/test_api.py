@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import sys
 
 import pytest
 import yaml
@@ -116,17 +117,25 @@ def test_validate_names_its_choices_on_a_wrong_argument(catalog):
         go.validate(cv="sources", catalog=catalog)
 
 
-@pytest.mark.parametrize("limit", [0, -5.0, 86_401, float("nan"), float("inf")])
-def test_a_time_limit_out_of_range_is_refused_by_every_solving_call(tiny_problem, catalog, limit):
-    """An API caller's time limit is checked as the problem file's solver.time_limit_s is (more than
-    0, at most a day), before any plan is enumerated; 0 is not read as 'the file's limit'."""
+@pytest.mark.parametrize("limit", [0, 0.5, -5.0, 86_401, float("nan"), float("inf"), True])
+def test_a_time_limit_out_of_range_is_refused_by_every_solving_call(tiny_problem, catalog, limit, monkeypatch):
+    """An API caller's time limit is checked as the problem file's solver.time_limit_s is (a second,
+    which both backends run at least, to a day), before any plan is enumerated; 0 is not read as
+    'the file's limit', nor True as one second."""
     problem = go.load_problem(tiny_problem, catalog)
+
+    def enumerated(*args, **kwargs):
+        raise AssertionError("plans were enumerated before the time limit was checked")
+
+    for module, name in [("optimizer.recommend", "plan_table"), ("optimizer.api", "plan_table"),
+                         ("optimizer.tradeoffs.explain", "enumerate_candidates")]:
+        monkeypatch.setattr(sys.modules[module], name, enumerated)  # the package's `recommend` is the API's
     calls = [lambda: go.recommend(problem, time_limit_s=limit), lambda: go.solve(problem, time_limit_s=limit),
              lambda: go.explain(problem, time_limit_s=limit),
              lambda: go.sweep(problem, budget="1M", time_limit_s=limit),
              lambda: go.report(problem, sweep_points=0, time_limit_s=limit)]
     for call in calls:
-        with pytest.raises(go.ProblemError, match=r"more than 0 and at most 86,400 \(a day\)"):
+        with pytest.raises(go.ProblemError, match=r"seconds from 1 to 86,400 \(a day\)"):
             call()
 
 
@@ -135,6 +144,8 @@ def test_an_api_time_limit_is_the_one_the_answer_reports(tiny_problem, catalog):
     assert problem.solver.time_limit_s == 30
     assert go.recommend(problem, time_limit_s=9).to_dict()["solver"]["time_limit_s"] == 9.0
     assert go.recommend(problem).to_dict()["solver"]["time_limit_s"] == 30.0
+    for bound in (1, 86_400):  # the range's ends are in it
+        assert problem.with_time_limit(bound).solver.time_limit_s == bound
 
 
 def test_a_result_refuses_a_format_it_has_no_rendering_for(at_root, catalog):

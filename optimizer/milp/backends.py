@@ -42,10 +42,14 @@ def _quiet_stdout() -> Iterator[None]:
         os.close(devnull)
 
 
+CBC_INFINITY = 1e30  # CBC writes 1e50 for a bound it has not found; anything this large is none
+
+
 def cbc_bound(log: str) -> float | None:
     """The best bound in CBC's closing summary, in the objective's own sense: after a stop on its
     time limit CBC prints "Lower bound:" (minimising) or "Upper bound:" (maximising) under "Objective
-    value:"; None where it printed neither (a solve it finished, which prints no bound)."""
+    value:"; None where it printed neither (a solve it finished, which prints no bound) or a value
+    of CBC's infinity (1e50, no bound yet)."""
     found = re.search(r"^(?:Lower|Upper) bound:\s*(\S+)", log, re.MULTILINE)
     if found is None:
         return None
@@ -53,7 +57,7 @@ def cbc_bound(log: str) -> float | None:
         bound = float(found.group(1))
     except ValueError:
         return None
-    return bound if math.isfinite(bound) else None
+    return bound if abs(bound) < CBC_INFINITY else None
 
 
 class Model:
@@ -142,7 +146,7 @@ class Model:
         # From a cold start, CBC's primal heuristics cost most of its time on these programs, whose
         # optimum branching finds anyway (pretrain_finetune_serve: 74 s with them, 9 s without, the
         # same optimum; benchmarks/solve_times.py); from a warm start they improve the answer given.
-        with tempfile.TemporaryDirectory(prefix="gpuopt-cbc-") as folder:
+        with tempfile.TemporaryDirectory(prefix="gpuopt-cbc-", ignore_cleanup_errors=True) as folder:
             log = Path(folder) / "cbc.log"  # CBC's summary holds the best bound PuLP does not return
             solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, int(math.ceil(time_limit_s))), gapRel=mip_gap,
                                        threads=1, warmStart=warm_start, logPath=str(log),
@@ -160,7 +164,9 @@ class Model:
         else:
             raise SolverError(f"CBC stopped with status {pulp.LpStatus[self.m.status]}.")
         value = pulp.value(self.m.objective)
-        return status, value, cbc_bound(summary) if status is Status.FEASIBLE else None
+        bound = cbc_bound(summary) if status is Status.FEASIBLE else None
+        # CBC solves the program PuLP writes, whose objective leaves out its constant term
+        return status, value, None if bound is None else bound + getattr(self.m.objective, "constant", 0.0)
 
     def value(self, var: Any) -> float:
         if self.backend is Backend.ORTOOLS:

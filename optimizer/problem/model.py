@@ -22,6 +22,7 @@ from optimizer.problem.procurement import (
 )
 from optimizer.problem.schema import (
     MAX_TIME_LIMIT_S,
+    MIN_TIME_LIMIT_S,
     Search,
     SolverOptions,
 )
@@ -174,15 +175,17 @@ class Problem:
 
     def with_time_limit(self, seconds: float | None) -> Problem:
         """The problem with its MIP time limit (``solver.time_limit_s``) set to ``seconds``, checked
-        as the problem file's is (more than 0, at most a day); None keeps the file's."""
+        as the problem file's is (a second to a day); None keeps the file's."""
         if seconds is None:
             return self
         try:
+            if isinstance(seconds, bool):  # pydantic would read True as 1 s
+                raise ValueError(seconds)
             solver = SolverOptions.model_validate({**self.solver.model_dump(), "time_limit_s": seconds})
-        except ValidationError:
-            raise ProblemError(f"time limit {seconds!r}: expected a number of seconds more than 0 and at most "
-                               f"{MAX_TIME_LIMIT_S:,} (a day). To fix: pass --time-limit (or time_limit_s) within that "
-                               "range, or leave it out for the problem's solver.time_limit_s.") from None
+        except (ValidationError, ValueError):
+            raise ProblemError(f"time limit {seconds!r}: expected a number of seconds from {MIN_TIME_LIMIT_S} to "
+                               f"{MAX_TIME_LIMIT_S:,} (a day). To fix: pass --time-limit (or time_limit_s) within "
+                               "that range, or leave it out for the problem's solver.time_limit_s.") from None
         return replace(self, solver=solver) if solver != self.solver else self
 
     @property

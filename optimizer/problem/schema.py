@@ -258,12 +258,14 @@ class Search(Strict):
         return tuple(sorted(set(v)))
 
 
-MAX_TIME_LIMIT_S = 86_400  # a day: the longest MIP time limit a problem or --time-limit may set
+# the MIP time limits a problem or --time-limit may set: both backends run at least a second
+# (milp.backends: HiGHS's limit in whole milliseconds from 1 s, CBC's in whole seconds), and a day at most
+MIN_TIME_LIMIT_S, MAX_TIME_LIMIT_S = 1, 86_400
 
 
 class SolverOptions(Strict):
     backend: Backend = Backend.ORTOOLS
-    time_limit_s: float = Field(default=60.0, gt=0, le=MAX_TIME_LIMIT_S)
+    time_limit_s: float = Field(default=60.0, ge=MIN_TIME_LIMIT_S, le=MAX_TIME_LIMIT_S)
     mip_gap: float = Field(default=1e-6, ge=0, le=1)
 
 

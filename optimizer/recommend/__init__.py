@@ -88,10 +88,10 @@ def verify(problem: Problem, catalog: Catalog, table: PlanTable, sol: MilpSoluti
 def recommend(problem: Problem, catalog: Catalog, backend: str | None = None,
               time_limit_s: float | None = None, table: PlanTable | None = None) -> Recommendation:
     """Solve ``problem``; raise InfeasibleError with what would make it feasible."""
-    table = table or plan_table(problem, catalog)
-    backend = backend or problem.solver.backend
     problem = problem.with_time_limit(time_limit_s)  # the answer reports the limit its solve ran under
     limit = problem.solver.time_limit_s
+    table = table or plan_table(problem, catalog)
+    backend = backend or problem.solver.backend
     targets = targets_of(problem)
     if not table.candidates and not table.serving:
         reasons = [f"{gpu}: {why}" for gpu, why in sorted(table.gpu_reasons.items())]
