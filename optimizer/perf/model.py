@@ -254,6 +254,11 @@ def linear_activation_width(m: ModelSpec) -> int:
     return convolved + kernel + gated_output + (LINEAR_CHUNK + 10) * m.linear_value_heads
 
 
+def full_attention_share(m: ModelSpec) -> float:
+    """Share of the layers whose mixer is softmax attention (scores over the context): 1 without linear layers."""
+    return (m.layers - m.linear_layers) / m.layers
+
+
 def mixer_activation_width(m: ModelSpec) -> float:
     """Values per token the average layer's token mixer keeps for its backward pass: a full-attention
     layer's Q, K, V and output (``attention_widths``), with an output gate also the gate and the output
@@ -261,12 +266,8 @@ def mixer_activation_width(m: ModelSpec) -> float:
     full = sum(attention_widths(m)) + (2 * m.heads * m.attn_v_dim if m.attn_output_gate else 0)
     if not m.linear_layers:
         return float(full)
-    return ((m.layers - m.linear_layers) * full + m.linear_layers * linear_activation_width(m)) / m.layers
-
-
-def full_attention_share(m: ModelSpec) -> float:
-    """Share of the layers whose mixer is softmax attention (scores over the context): 1 without linear layers."""
-    return (m.layers - m.linear_layers) / m.layers
+    share = full_attention_share(m)
+    return share * full + (1.0 - share) * linear_activation_width(m)
 
 
 def kv_width(m: ModelSpec) -> int:
